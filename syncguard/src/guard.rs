@@ -1,0 +1,435 @@
+//! Holding a lock: the guard, its heartbeat, and loss detection.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::{Instant, sleep, sleep_until, timeout_at};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
+
+use crate::backend::{ExtendOutcome, Lease, LockBackend};
+use crate::time::now_ms;
+use crate::{Fence, LockError, LockId, LostReason};
+
+/// A held lock. It keeps the lock alive with a heartbeat (unless turned off), tells the holder
+/// when the lock is lost, and releases it.
+///
+/// Get one from [`acquire`](crate::acquire), or let [`with_lock`](crate::with_lock) manage it.
+///
+/// - **Heartbeat.** A background task extends the lock when a third of its ttl has passed,
+///   scheduling from the expiry each extend returns. It rides out backend errors while the
+///   lease lasts. [`LockOptions::with_max_hold`](crate::LockOptions::with_max_hold) caps the
+///   total hold time.
+/// - **Loss.** The lock is lost when an extend answers that it is no longer held, or when the
+///   lease runs out without a successful extend. Observe it with [`lost`](Self::lost) (await),
+///   [`is_lost`](Self::is_lost) (poll) or [`lost_token`](Self::lost_token) (a
+///   [`CancellationToken`] that fires).
+/// - **Release.** [`release`](Self::release) releases now and reports the result. Dropping
+///   the guard stops the heartbeat and releases **in the background**: the lock stays held
+///   until that spawned release reaches the backend (or, without a tokio runtime, until its
+///   ttl runs out). Call `release().await` when the next owner should not wait.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {
+/// use std::time::Duration;
+/// use syncguard::{LockOptions, MemoryBackend};
+///
+/// let backend = MemoryBackend::new();
+/// let options = LockOptions::new("invoice:7").with_ttl(Duration::from_secs(10));
+/// let guard = syncguard::acquire(&backend, &options).await?;
+/// let fence = guard.fence(); // hand this to the resource you write to
+/// tokio::select! {
+///     _ = tokio::time::sleep(Duration::from_millis(10)) => {} // the work
+///     reason = guard.lost() => return Err(syncguard::LockError::LockLost { reason }),
+/// }
+/// assert!(guard.release().await?);
+/// # let _ = fence; Ok(()) }
+/// ```
+#[must_use = "dropping a LockGuard releases the lock (in the background) at once"]
+pub struct LockGuard {
+    shared: Arc<Shared>,
+    backend: Arc<dyn LockBackend>,
+    keeper: Option<AbortOnDropHandle<()>>,
+    /// Whether dropping the guard should still release the lock.
+    release_on_drop: bool,
+}
+
+/// State shared between the guard and its keeper task.
+struct Shared {
+    key: String,
+    lock_id: LockId,
+    fence: Fence,
+    ttl: Duration,
+    acquired_at: Instant,
+    clock: LeaseClock,
+    lease: Mutex<LeaseState>,
+    /// Wakes the keeper when a manual extend moved the deadline.
+    renewed: Notify,
+    lost: CancellationToken,
+    lost_reason: OnceLock<LostReason>,
+}
+
+#[derive(Clone, Copy)]
+struct LeaseState {
+    /// Local instant by which the lock must be assumed gone.
+    deadline: Instant,
+    expires_at_ms: u64,
+}
+
+/// Converts the backend's authoritative expiry into a local deadline.
+///
+/// The offset between the time authority and the local clock is estimated from the acquire:
+/// the backend computed `expires_at_ms - ttl` at some moment after the request was sent, so
+/// `expires_at_ms - ttl - local_send_time` over-estimates the authority's lead. Over-estimating
+/// makes every deadline early, never late.
+#[derive(Clone, Copy)]
+struct LeaseClock {
+    authority_lead_ms: i64,
+}
+
+impl LeaseClock {
+    fn calibrate(sent_wall_ms: u64, ttl: Duration, expires_at_ms: u64) -> Self {
+        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        Self {
+            authority_lead_ms: (expires_at_ms as i64)
+                .saturating_sub(ttl_ms)
+                .saturating_sub(sent_wall_ms as i64),
+        }
+    }
+
+    /// The local deadline of a lease granted for `ttl` by a request sent at `sent_at`: the
+    /// earlier of the ttl counted from the send (needs no clock agreement) and the
+    /// authoritative expiry translated to local time.
+    fn deadline(self, sent_at: Instant, ttl: Duration, expires_at_ms: u64) -> Instant {
+        let authority_now = (now_ms() as i64).saturating_add(self.authority_lead_ms);
+        let left_ms = (expires_at_ms as i64).saturating_sub(authority_now).max(0);
+        let by_expiry = Instant::now() + Duration::from_millis(left_ms as u64);
+        (sent_at + ttl).min(by_expiry)
+    }
+}
+
+/// How a guard keeps and watches its lock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct KeepPolicy {
+    pub(crate) heartbeat: bool,
+    pub(crate) max_hold: Option<Duration>,
+}
+
+impl LockGuard {
+    /// Wraps a fresh lease and starts its keeper task (heartbeat and loss detection).
+    ///
+    /// Must be called within a tokio runtime.
+    pub(crate) fn start(
+        backend: Arc<dyn LockBackend>,
+        key: String,
+        ttl: Duration,
+        lease: Lease,
+        sent_at: Instant,
+        sent_wall_ms: u64,
+        policy: KeepPolicy,
+    ) -> Self {
+        let clock = LeaseClock::calibrate(sent_wall_ms, ttl, lease.expires_at_ms);
+        let shared = Arc::new(Shared {
+            key,
+            lock_id: lease.lock_id,
+            fence: lease.fence,
+            ttl,
+            acquired_at: sent_at,
+            lease: Mutex::new(LeaseState {
+                deadline: clock.deadline(sent_at, ttl, lease.expires_at_ms),
+                expires_at_ms: lease.expires_at_ms,
+            }),
+            clock,
+            renewed: Notify::new(),
+            lost: CancellationToken::new(),
+            lost_reason: OnceLock::new(),
+        });
+        let keeper = tokio::spawn(keep(Arc::clone(&shared), Arc::clone(&backend), policy));
+        Self {
+            shared,
+            backend,
+            keeper: Some(AbortOnDropHandle::new(keeper)),
+            release_on_drop: true,
+        }
+    }
+
+    /// The (NFC-normalized) key this guard holds.
+    pub fn key(&self) -> &str {
+        &self.shared.key
+    }
+
+    /// The lock id of this acquisition.
+    pub fn lock_id(&self) -> &LockId {
+        &self.shared.lock_id
+    }
+
+    /// The fencing token of this acquisition: pass it to the resource the lock protects.
+    pub fn fence(&self) -> Fence {
+        self.shared.fence
+    }
+
+    /// The ttl each extend asks for.
+    pub fn ttl(&self) -> Duration {
+        self.shared.ttl
+    }
+
+    /// The latest authoritative expiry (Unix ms of the backend's time authority).
+    pub fn expires_at_ms(&self) -> u64 {
+        self.shared.lease().expires_at_ms
+    }
+
+    /// How long the lock has been held.
+    pub fn held_for(&self) -> Duration {
+        self.shared.acquired_at.elapsed()
+    }
+
+    /// Whether the lock has been lost.
+    pub fn is_lost(&self) -> bool {
+        self.shared.lost.is_cancelled()
+    }
+
+    /// Why the lock was lost, if it was.
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.shared.lost_reason.get().copied()
+    }
+
+    /// Completes when the lock is lost, with the reason; never completes while it is held.
+    pub async fn lost(&self) -> LostReason {
+        self.shared.lost.cancelled().await;
+        self.lost_reason().unwrap_or(LostReason::NotHeld)
+    }
+
+    /// A token that is cancelled when the lock is lost, for work that already listens to a
+    /// [`CancellationToken`]. It is not cancelled by a release.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.shared.lost.clone()
+    }
+
+    /// Extends the lock now to *now + `ttl`*, on top of (or instead of) the heartbeat.
+    /// Returns `false`, and marks the lock lost, if it was no longer held.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for a bad ttl; backend errors as they come (the lock is
+    /// not marked lost for those: the lease may still be valid).
+    pub async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
+        let sent_at = Instant::now();
+        match self.backend.extend(&self.shared.lock_id, ttl).await? {
+            ExtendOutcome::Extended { expires_at_ms } => {
+                self.shared.renew(sent_at, ttl, expires_at_ms);
+                self.shared.renewed.notify_one();
+                Ok(true)
+            }
+            ExtendOutcome::NotHeld(_) => {
+                self.shared.mark_lost(LostReason::NotHeld);
+                Ok(false)
+            }
+        }
+    }
+
+    /// Stops the heartbeat and releases the lock. Returns `true` if this call released it,
+    /// `false` if it was no longer held (expired or taken over).
+    ///
+    /// # Errors
+    /// Backend errors as they come; the lock then expires at the end of its ttl.
+    pub async fn release(mut self) -> Result<bool, LockError> {
+        self.keeper = None; // aborts the heartbeat
+        let outcome = self.backend.release(&self.shared.lock_id).await;
+        // Reached the backend: no second release on drop. (If this future is dropped before
+        // here, the drop releases in the background instead.)
+        self.release_on_drop = false;
+        Ok(outcome?.is_released())
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        self.keeper = None;
+        // A lock the backend already disowned needs no release; one whose lease merely ran
+        // out locally (backend unreachable) may still be stored, so release it.
+        if !self.release_on_drop || self.lost_reason() == Some(LostReason::NotHeld) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::debug!(
+                "LockGuard dropped outside a tokio runtime; the lock will expire at the end of its ttl"
+            );
+            return;
+        };
+        let backend = Arc::clone(&self.backend);
+        let lock_id = self.shared.lock_id.clone();
+        runtime.spawn(async move {
+            if let Err(error) = backend.release(&lock_id).await {
+                tracing::warn!(%error, "background release of a dropped LockGuard failed; the lock will expire at the end of its ttl");
+            }
+        });
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("lock_id", &self.shared.lock_id)
+            .field("fence", &self.shared.fence)
+            .field("expires_at_ms", &self.expires_at_ms())
+            .field("lost", &self.lost_reason())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    fn lease(&self) -> LeaseState {
+        *self
+            .lease
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn renew(&self, sent_at: Instant, ttl: Duration, expires_at_ms: u64) {
+        let deadline = self.clock.deadline(sent_at, ttl, expires_at_ms);
+        let mut lease = self
+            .lease
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *lease = LeaseState {
+            deadline,
+            expires_at_ms,
+        };
+    }
+
+    fn mark_lost(&self, reason: LostReason) {
+        if self.lost_reason.set(reason).is_ok() {
+            tracing::warn!(fence = %self.fence, %reason, "syncguard lock lost");
+            self.lost.cancel();
+        }
+    }
+}
+
+/// What one heartbeat extend achieved.
+enum Renewal {
+    Renewed,
+    NotHeld,
+    Failed,
+    DeadlinePassed,
+}
+
+/// The keeper task: extends the lock on schedule (if the heartbeat is on) and marks it lost
+/// when an extend says it is gone or its lease runs out.
+async fn keep(shared: Arc<Shared>, backend: Arc<dyn LockBackend>, policy: KeepPolicy) {
+    let ttl = shared.ttl;
+    // After a failed extend, retry this often while the lease lasts.
+    let retry_every = (ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    loop {
+        let LeaseState { deadline, .. } = shared.lease();
+        let now = Instant::now();
+        if deadline <= now {
+            shared.mark_lost(LostReason::LeaseExpired);
+            return;
+        }
+        let cap_left = policy
+            .max_hold
+            .map(|max| (shared.acquired_at + max).saturating_duration_since(now));
+        let lease_covers_cap = cap_left.is_some_and(|left| deadline - now >= left);
+
+        if policy.heartbeat && !lease_covers_cap {
+            // Extend once a third of the ttl has passed since the lease was granted.
+            let due = deadline.checked_sub(ttl - ttl / 3).unwrap_or(now).max(now);
+            tokio::select! {
+                () = sleep_until(due) => {}
+                () = shared.renewed.notified() => continue,
+            }
+            let extend_ttl = policy.max_hold.map_or(ttl, |max| {
+                (shared.acquired_at + max)
+                    .saturating_duration_since(Instant::now())
+                    .min(ttl)
+            });
+            match renew(&shared, backend.as_ref(), extend_ttl, deadline).await {
+                Renewal::Renewed => {}
+                Renewal::NotHeld => {
+                    shared.mark_lost(LostReason::NotHeld);
+                    return;
+                }
+                Renewal::Failed => {
+                    let now = Instant::now();
+                    sleep(retry_every.min(deadline.saturating_duration_since(now))).await;
+                }
+                Renewal::DeadlinePassed => {
+                    shared.mark_lost(LostReason::LeaseExpired);
+                    return;
+                }
+            }
+            continue;
+        }
+
+        // No heartbeat, or the lease already reaches the hold cap: wait for the lease to run
+        // out, unless a manual extend moves it.
+        tokio::select! {
+            () = sleep_until(deadline) => {
+                if shared.lease().deadline <= Instant::now() {
+                    let reason = if lease_covers_cap && policy.heartbeat {
+                        LostReason::MaxHoldReached
+                    } else {
+                        LostReason::LeaseExpired
+                    };
+                    shared.mark_lost(reason);
+                    return;
+                }
+            }
+            () = shared.renewed.notified() => {}
+        }
+    }
+}
+
+async fn renew(
+    shared: &Shared,
+    backend: &dyn LockBackend,
+    ttl: Duration,
+    deadline: Instant,
+) -> Renewal {
+    if ttl < Duration::from_millis(1) {
+        return Renewal::DeadlinePassed;
+    }
+    let sent_at = Instant::now();
+    match timeout_at(deadline, backend.extend(&shared.lock_id, ttl)).await {
+        Err(_elapsed) => Renewal::DeadlinePassed,
+        Ok(Ok(ExtendOutcome::Extended { expires_at_ms })) => {
+            shared.renew(sent_at, ttl, expires_at_ms);
+            Renewal::Renewed
+        }
+        Ok(Ok(ExtendOutcome::NotHeld(_))) => Renewal::NotHeld,
+        Ok(Err(error)) => {
+            tracing::warn!(%error, fence = %shared.fence, "syncguard heartbeat extend failed; retrying while the lease lasts");
+            Renewal::Failed
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadline_never_later_than_ttl_from_send() {
+        let sent = Instant::now();
+        let ttl = Duration::from_secs(10);
+        let wall = now_ms();
+        // Authority clock 1 h ahead of ours: the ttl bound still applies.
+        let clock = LeaseClock::calibrate(wall, ttl, wall + 3_600_000 + 10_000);
+        let deadline = clock.deadline(sent, ttl, wall + 3_600_000 + 10_000);
+        assert!(deadline <= sent + ttl);
+        assert!(deadline + Duration::from_millis(500) >= sent + ttl);
+    }
+
+    #[test]
+    fn deadline_follows_a_shorter_authoritative_expiry() {
+        let sent = Instant::now();
+        let ttl = Duration::from_secs(10);
+        let wall = now_ms();
+        let clock = LeaseClock::calibrate(wall, ttl, wall + 10_000);
+        // A later extend reports an expiry only 2 s ahead (e.g. a shortened lease).
+        let deadline = clock.deadline(sent, ttl, now_ms() + 2_000);
+        assert!(deadline <= Instant::now() + Duration::from_millis(2_000));
+        assert!(deadline + Duration::from_millis(500) >= Instant::now() + Duration::from_secs(2));
+    }
+}

@@ -1,0 +1,323 @@
+//! Taking a lock: options, waiting, and running work under the lock.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::{AcquireOutcome, LockBackend};
+use crate::guard::{KeepPolicy, LockGuard};
+use crate::key::normalize_key;
+use crate::time::{now_ms, ttl_millis};
+use crate::{LockError, RetryPolicy};
+
+/// The default ttl of a lock: 30 seconds.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+/// What to do with the work when its lock is lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum OnLost {
+    /// Drop the work's future and return [`LockError::LockLost`]. The default: work that runs
+    /// on after losing its lock may collide with the next owner.
+    #[default]
+    Cancel,
+    /// Let the work run on; it can watch [`LockGuard::lost`] itself.
+    Notify,
+}
+
+/// What to lock and how: the key, the ttl, how long to wait, and how to keep the lock.
+///
+/// # Default
+/// | setting | default |
+/// |---|---|
+/// | [`ttl`](Self::with_ttl) | 30 s ([`DEFAULT_TTL`]) |
+/// | [`retry`](Self::with_retry) | [`RetryPolicy::new`]: 10 retries, 100 ms exponential with equal jitter, 5 s timeout |
+/// | [`heartbeat`](Self::with_heartbeat) | on: extends every third of the ttl |
+/// | [`max_hold`](Self::with_max_hold) | none: extends for as long as the guard lives |
+/// | [`on_lost`](Self::with_on_lost) | [`OnLost::Cancel`] (used by [`with_lock`]) |
+///
+/// ```
+/// use std::time::Duration;
+/// use syncguard::{LockOptions, OnLost, RetryPolicy};
+///
+/// let options = LockOptions::new("tenant:9:billing")
+///     .with_ttl(Duration::from_secs(10))
+///     .with_retry(RetryPolicy::single_attempt())
+///     .with_max_hold(Duration::from_secs(600))
+///     .with_on_lost(OnLost::Notify);
+/// assert_eq!(options.key(), "tenant:9:billing");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockOptions {
+    key: String,
+    ttl: Duration,
+    retry: RetryPolicy,
+    heartbeat: bool,
+    max_hold: Option<Duration>,
+    on_lost: OnLost,
+}
+
+impl LockOptions {
+    /// Options for locking `key`, with the defaults above. The key is validated when the lock
+    /// is acquired.
+    pub fn new(key: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            ttl: DEFAULT_TTL,
+            retry: RetryPolicy::new(),
+            heartbeat: true,
+            max_hold: None,
+            on_lost: OnLost::Cancel,
+        }
+    }
+
+    /// How long the lock lives without an extend. With the heartbeat on, this is how quickly
+    /// a crashed holder's lock frees up, not a limit on the work.
+    #[must_use]
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How to wait while the lock is held by someone else.
+    #[must_use]
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Whether to extend the lock automatically while it is held.
+    #[must_use]
+    pub fn with_heartbeat(mut self, heartbeat: bool) -> Self {
+        self.heartbeat = heartbeat;
+        self
+    }
+
+    /// Stop extending once the lock has been held this long; it then expires at the end of
+    /// its last lease and counts as lost ([`LostReason::MaxHoldReached`](crate::LostReason::MaxHoldReached)).
+    #[must_use]
+    pub fn with_max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
+        self
+    }
+
+    /// What [`with_lock`] does with the work when the lock is lost.
+    #[must_use]
+    pub fn with_on_lost(mut self, on_lost: OnLost) -> Self {
+        self.on_lost = on_lost;
+        self
+    }
+
+    /// The key to lock.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The ttl.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The waiting policy.
+    pub fn retry(&self) -> &RetryPolicy {
+        &self.retry
+    }
+
+    /// Whether the heartbeat is on.
+    pub fn heartbeat(&self) -> bool {
+        self.heartbeat
+    }
+
+    /// The cap on the total hold time, if any.
+    pub fn max_hold(&self) -> Option<Duration> {
+        self.max_hold
+    }
+
+    /// What happens to the work when the lock is lost.
+    pub fn on_lost(&self) -> OnLost {
+        self.on_lost
+    }
+}
+
+/// Acquires a lock, waiting and retrying as `options` say, and returns its guard (with the
+/// heartbeat running unless turned off).
+///
+/// Must be called within a tokio runtime: the guard's heartbeat is a tokio task.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {
+/// use syncguard::{LockOptions, MemoryBackend, RetryPolicy};
+///
+/// let backend = MemoryBackend::new();
+/// let first = syncguard::acquire(&backend, &LockOptions::new("job:1")).await?;
+/// let busy = syncguard::acquire(
+///     &backend,
+///     &LockOptions::new("job:1").with_retry(RetryPolicy::single_attempt()),
+/// )
+/// .await;
+/// assert!(busy.unwrap_err().is_contended());
+/// first.release().await?;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// [`LockError::InvalidArgument`] for a bad key or ttl (before any I/O);
+/// [`LockError::AcquisitionTimeout`] when the lock stayed held by someone else past the retry
+/// policy; backend errors as they come (they are not retried).
+pub async fn acquire<B>(backend: &B, options: &LockOptions) -> Result<LockGuard, LockError>
+where
+    B: LockBackend + Clone + 'static,
+{
+    acquire_shared(Arc::new(backend.clone()), options).await
+}
+
+pub(crate) async fn acquire_shared(
+    backend: Arc<dyn LockBackend>,
+    options: &LockOptions,
+) -> Result<LockGuard, LockError> {
+    let key = normalize_key(&options.key)?.into_owned();
+    ttl_millis(options.ttl)?;
+    let retry = &options.retry;
+    let started = Instant::now();
+    let mut delays = retry.delays();
+    let mut attempts = 0_u32;
+    loop {
+        attempts += 1;
+        let sent_at = Instant::now();
+        let sent_wall_ms = now_ms();
+        if let AcquireOutcome::Acquired(lease) = backend.acquire(&key, options.ttl).await? {
+            let policy = KeepPolicy {
+                heartbeat: options.heartbeat,
+                max_hold: options.max_hold,
+            };
+            return Ok(LockGuard::start(
+                backend,
+                key,
+                options.ttl,
+                lease,
+                sent_at,
+                sent_wall_ms,
+                policy,
+            ));
+        }
+        let remaining = retry.timeout().saturating_sub(started.elapsed());
+        match delays.next() {
+            Some(delay) if !remaining.is_zero() && !delay.min(remaining).is_zero() => {
+                tokio::time::sleep(delay.min(remaining)).await;
+            }
+            _ => {
+                return Err(LockError::AcquisitionTimeout {
+                    attempts,
+                    elapsed: started.elapsed(),
+                });
+            }
+        }
+    }
+}
+
+/// Runs `work` under the lock: acquires (waiting as `options` say), keeps the lock alive while
+/// the work runs, and releases it on every path, errors included.
+///
+/// If the lock is lost while the work runs, the work's future is dropped and
+/// [`LockError::LockLost`] is returned (with [`OnLost::Notify`] the work runs on and can watch
+/// [`LockGuard::lost`] itself). Errors of the final release are logged, not returned: the
+/// work's result matters more, and the lock expires at the end of its ttl anyway.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {
+/// use syncguard::{LockOptions, MemoryBackend};
+///
+/// let backend = MemoryBackend::new();
+/// let fence = syncguard::with_lock(&backend, &LockOptions::new("report:daily"), async |guard| {
+///     // ... the work, exclusive across every process sharing the backend ...
+///     Ok::<_, syncguard::LockError>(guard.fence())
+/// })
+/// .await?;
+/// println!("ran with fence {fence}");
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// The work's own error, or a [`LockError`] converted into `E`: acquisition failures as in
+/// [`acquire`], and [`LockError::LockLost`] when the lock was lost under [`OnLost::Cancel`].
+pub async fn with_lock<B, F, T, E>(backend: &B, options: &LockOptions, work: F) -> Result<T, E>
+where
+    B: LockBackend + Clone + 'static,
+    F: AsyncFnOnce(&LockGuard) -> Result<T, E>,
+    E: From<LockError>,
+{
+    let guard = acquire(backend, options).await?;
+    let result = run_guarded(&guard, options.on_lost, work(&guard)).await;
+    release_logged(guard).await;
+    result
+}
+
+/// Drives `work` while watching `guard` for loss, as `on_lost` says.
+pub(crate) async fn run_guarded<T, E>(
+    guard: &LockGuard,
+    on_lost: OnLost,
+    work: impl Future<Output = Result<T, E>>,
+) -> Result<T, E>
+where
+    E: From<LockError>,
+{
+    match on_lost {
+        OnLost::Notify => work.await,
+        OnLost::Cancel => {
+            tokio::select! {
+                // A result that is ready stands, even if the loss was noticed at the same time.
+                biased;
+                result = work => result,
+                reason = guard.lost() => Err(LockError::LockLost { reason }.into()),
+            }
+        }
+    }
+}
+
+/// Releases `guard`, logging (not returning) failures.
+pub(crate) async fn release_logged(guard: LockGuard) {
+    let fence = guard.fence();
+    match guard.release().await {
+        Ok(_) => {}
+        Err(error) => {
+            tracing::warn!(%error, %fence, "syncguard release failed; the lock will expire at the end of its ttl");
+        }
+    }
+}
+
+static DEFAULT_BACKEND: OnceLock<Arc<dyn LockBackend>> = OnceLock::new();
+
+/// Sets the process-wide default backend, used by `#[locked]` when no backend is named.
+/// Call it once at startup.
+///
+/// ```
+/// use syncguard::MemoryBackend;
+///
+/// syncguard::set_default_backend(MemoryBackend::new())?;
+/// assert!(syncguard::default_backend().is_ok());
+/// // A second call is refused and changes nothing.
+/// assert!(syncguard::set_default_backend(MemoryBackend::new()).is_err());
+/// # Ok::<(), syncguard::LockError>(())
+/// ```
+///
+/// # Errors
+/// [`LockError::InvalidArgument`] if a default backend was already set; the first one stays.
+pub fn set_default_backend<B: LockBackend + 'static>(backend: B) -> Result<(), LockError> {
+    DEFAULT_BACKEND.set(Arc::new(backend)).map_err(|_| {
+        LockError::invalid_argument(
+            "a default lock backend is already set; set it once, at startup",
+        )
+    })
+}
+
+/// The process-wide default backend.
+///
+/// # Errors
+/// [`LockError::NoDefaultBackend`] if [`set_default_backend`] was not called.
+pub fn default_backend() -> Result<Arc<dyn LockBackend>, LockError> {
+    DEFAULT_BACKEND
+        .get()
+        .cloned()
+        .ok_or(LockError::NoDefaultBackend)
+}

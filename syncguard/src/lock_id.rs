@@ -1,0 +1,129 @@
+//! Lock ids: the unguessable handle of one acquisition.
+
+use std::fmt;
+use std::str::FromStr;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use rand::RngCore as _;
+
+use crate::LockError;
+
+/// The handle of one acquisition: 16 bytes from a CSPRNG, encoded base64url without padding
+/// (22 characters), as the reference design makes them.
+///
+/// Release and extend take the lock id alone; it is the proof of ownership, so treat it as a
+/// secret (its [`Debug`] output is redacted; [`Display`](fmt::Display) prints it in full).
+///
+/// ```
+/// use syncguard::LockId;
+///
+/// let id = LockId::generate();
+/// assert_eq!(id.as_str().len(), 22);
+/// let parsed: LockId = id.as_str().parse()?;
+/// assert_eq!(parsed, id);
+/// assert!(LockId::parse("not a lock id").is_err());
+/// # Ok::<(), syncguard::LockError>(())
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LockId(String);
+
+/// The length of every lock id, in characters.
+pub const LOCK_ID_LEN: usize = 22;
+
+impl LockId {
+    /// A fresh lock id from the thread-local CSPRNG.
+    pub fn generate() -> Self {
+        let mut bytes = [0_u8; 16];
+        rand::rng().fill_bytes(&mut bytes);
+        Self(URL_SAFE_NO_PAD.encode(bytes))
+    }
+
+    /// Parses a lock id received from elsewhere (another service, a request).
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] unless `value` matches `^[A-Za-z0-9_-]{22}$`.
+    pub fn parse(value: &str) -> Result<Self, LockError> {
+        let well_formed = value.len() == LOCK_ID_LEN
+            && value
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if well_formed {
+            Ok(Self(value.to_owned()))
+        } else {
+            Err(LockError::invalid_argument(
+                "malformed lock id: expected 22 base64url characters (A-Z, a-z, 0-9, '-', '_')",
+            ))
+        }
+    }
+
+    /// The 22-character text of the id.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for LockId {
+    type Err = LockError;
+
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        Self::parse(value)
+    }
+}
+
+impl fmt::Display for LockId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for LockId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LockId({}…)", &self.0[..4])
+    }
+}
+
+impl AsRef<str> for LockId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_ids_are_well_formed_and_distinct() {
+        let ids: std::collections::HashSet<_> = (0..1000).map(|_| LockId::generate()).collect();
+        assert_eq!(ids.len(), 1000);
+        for id in &ids {
+            assert!(LockId::parse(id.as_str()).is_ok(), "{id}");
+        }
+    }
+
+    #[test]
+    fn malformed_ids_are_rejected() {
+        for bad in [
+            "",
+            "short",
+            "AAAAAAAAAAAAAAAAAAAAA",   // 21
+            "AAAAAAAAAAAAAAAAAAAAAAA", // 23
+            "AAAAAAAAAAAAAAAAAAAAA=",
+            "AAAAAAAAAAAAAAAAAAAAA+",
+            "AAAAAAAAAAAAAAAAAAAAA/",
+            "AAAAAAAAAAAAAAAAAAAAAé",
+            "AAAAAAAAAAAAAAAAAAAA A",
+        ] {
+            let err = LockId::parse(bad).unwrap_err();
+            assert_eq!(err.code(), crate::ErrorCode::InvalidArgument, "{bad:?}");
+        }
+        assert!(LockId::parse("Ab-_09zZAb-_09zZAb-_09").is_ok());
+    }
+
+    #[test]
+    fn debug_is_redacted() {
+        let id = LockId::parse("AbCdEfGhIjKlMnOpQrStUv").unwrap();
+        assert_eq!(format!("{id:?}"), "LockId(AbCd…)");
+    }
+}

@@ -1,0 +1,208 @@
+//! How long and how often to retry an acquire while the lock is held by someone else.
+
+use std::time::Duration;
+
+/// How the delay between acquire attempts grows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Backoff {
+    /// The base delay doubles after every attempt.
+    Exponential,
+    /// Every delay is the base delay.
+    Fixed,
+}
+
+/// How much randomness is mixed into each delay, so that waiters do not retry in lockstep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Jitter {
+    /// Half the delay is kept, the other half is random: between 50 % and 100 % of it.
+    Equal,
+    /// Anywhere between zero and the whole delay.
+    Full,
+    /// The delay as computed.
+    None,
+}
+
+/// Waiting for a lock: how many attempts, how far apart, and for how long in total.
+///
+/// Giving up is [`LockError::AcquisitionTimeout`](crate::LockError::AcquisitionTimeout).
+///
+/// # Default
+/// The reference design's recommended policy:
+///
+/// | setting | default |
+/// |---|---|
+/// | [`max_retries`](Self::with_max_retries) | 10 (11 attempts in all) |
+/// | [`base_delay`](Self::with_base_delay) | 100 ms |
+/// | [`backoff`](Self::with_backoff) | [`Backoff::Exponential`] |
+/// | [`jitter`](Self::with_jitter) | [`Jitter::Equal`] |
+/// | [`timeout`](Self::with_timeout) | 5 s |
+///
+/// ```
+/// use std::time::Duration;
+/// use syncguard::{Backoff, Jitter, RetryPolicy};
+///
+/// let patient = RetryPolicy::new()
+///     .with_timeout(Duration::from_secs(60))
+///     .with_max_retries(u32::MAX)
+///     .with_backoff(Backoff::Fixed)
+///     .with_jitter(Jitter::None);
+/// let delays: Vec<_> = patient.delays().take(2).collect();
+/// assert_eq!(delays, [Duration::from_millis(100); 2]);
+///
+/// let once = RetryPolicy::single_attempt();
+/// assert_eq!(once.max_retries(), 0);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    max_retries: u32,
+    base_delay: Duration,
+    backoff: Backoff,
+    jitter: Jitter,
+    timeout: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RetryPolicy {
+    /// The default policy (see the table above).
+    pub const fn new() -> Self {
+        Self {
+            max_retries: 10,
+            base_delay: Duration::from_millis(100),
+            backoff: Backoff::Exponential,
+            jitter: Jitter::Equal,
+            timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// One attempt: contention fails at once.
+    pub const fn single_attempt() -> Self {
+        Self::new().with_max_retries(0)
+    }
+
+    /// Retries after the first attempt (`u32::MAX` to retry until the timeout).
+    pub const fn with_max_retries(mut self, max_retries: u32) -> Self {
+        self.max_retries = max_retries;
+        self
+    }
+
+    /// The delay before the first retry.
+    pub const fn with_base_delay(mut self, base_delay: Duration) -> Self {
+        self.base_delay = base_delay;
+        self
+    }
+
+    /// How delays grow.
+    pub const fn with_backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// How delays are randomized.
+    pub const fn with_jitter(mut self, jitter: Jitter) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// The total time to keep trying, first attempt included.
+    pub const fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Retries after the first attempt.
+    pub const fn max_retries(&self) -> u32 {
+        self.max_retries
+    }
+
+    /// The delay before the first retry.
+    pub const fn base_delay(&self) -> Duration {
+        self.base_delay
+    }
+
+    /// How delays grow.
+    pub const fn backoff(&self) -> Backoff {
+        self.backoff
+    }
+
+    /// How delays are randomized.
+    pub const fn jitter(&self) -> Jitter {
+        self.jitter
+    }
+
+    /// The total time to keep trying.
+    pub const fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The delays before each retry, in order, jitter applied; not yet clamped to the
+    /// timeout (the waiting loop does that).
+    pub fn delays(&self) -> impl Iterator<Item = Duration> + use<> {
+        let policy = *self;
+        (0..policy.max_retries).map(move |retry| {
+            let delay = match policy.backoff {
+                Backoff::Fixed => policy.base_delay,
+                Backoff::Exponential => policy
+                    .base_delay
+                    .saturating_mul(2_u32.saturating_pow(retry)),
+            };
+            match policy.jitter {
+                Jitter::None => delay,
+                Jitter::Equal => {
+                    (delay / 2).saturating_add(delay.mul_f64(rand::random::<f64>() / 2.0))
+                }
+                Jitter::Full => delay.mul_f64(rand::random::<f64>()),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exponential_without_jitter_doubles() {
+        let policy = RetryPolicy::new().with_jitter(Jitter::None);
+        let delays: Vec<u128> = policy.delays().map(|d| d.as_millis()).collect();
+        assert_eq!(
+            delays,
+            [100, 200, 400, 800, 1600, 3200, 6400, 12800, 25600, 51200]
+        );
+    }
+
+    #[test]
+    fn equal_jitter_keeps_half() {
+        for delay in RetryPolicy::new().delays().take(5).zip(0..) {
+            let (d, n) = delay;
+            let full = Duration::from_millis(100) * 2_u32.pow(n);
+            assert!(d >= full / 2 && d <= full, "{d:?} vs {full:?}");
+        }
+    }
+
+    #[test]
+    fn full_jitter_stays_below_delay() {
+        let policy = RetryPolicy::new()
+            .with_backoff(Backoff::Fixed)
+            .with_jitter(Jitter::Full);
+        let delays: Vec<_> = policy.delays().collect();
+        assert_eq!(delays.len(), 10);
+        assert!(delays.iter().all(|d| *d <= Duration::from_millis(100)));
+    }
+
+    #[test]
+    fn unlimited_retries_do_not_overflow() {
+        let policy = RetryPolicy::new()
+            .with_max_retries(u32::MAX)
+            .with_jitter(Jitter::None);
+        // Saturates at 100 ms × u32::MAX (about 13 years) instead of overflowing.
+        let late = policy.delays().nth(100).unwrap();
+        assert_eq!(late, Duration::from_millis(100) * u32::MAX);
+    }
+}
