@@ -5,9 +5,11 @@
 //! is an async function that panics on a violation; [`conformance_tests!`](crate::conformance_tests)
 //! turns them all into `#[tokio::test]`s:
 //!
-//! ```ignore
-//! // tests/my_backend.rs (needs tokio with "macros" and "rt-multi-thread" as a dev-dependency)
-//! syncguard::conformance_tests!(async { MyBackend::connect("...").await.unwrap() });
+//! ```
+//! // tests/memory.rs (needs tokio with "macros" and "rt-multi-thread" as a dev-dependency);
+//! // for your backend, build it in the async block instead.
+//! syncguard::conformance_tests!(async { syncguard::MemoryBackend::new() });
+//! # fn main() {}
 //! ```
 //!
 //! Checks use random keys, so they can share one store and run concurrently. Some wait for

@@ -1,0 +1,295 @@
+//! The guard, the waiting helper and `with_lock` on the in-memory backend, with a
+//! fault-injecting wrapper where a test needs the backend to misbehave.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use syncguard::{
+    AcquireOutcome, Backoff, BoxFuture, Capabilities, ErrorCode, ExtendOutcome, Jitter,
+    LockBackend, LockError, LockId, LockInfo, LockOptions, Lookup, LostReason, MemoryBackend,
+    ReleaseOutcome, RetryPolicy, acquire, with_lock,
+};
+use tokio::time::{Instant, sleep, timeout};
+
+/// A memory backend whose extends can be made to fail, and which counts the calls it gets.
+#[derive(Clone, Default)]
+struct Flaky {
+    inner: MemoryBackend,
+    failing_extends: Arc<AtomicBool>,
+    calls: Arc<AtomicUsize>,
+}
+
+impl LockBackend for Flaky {
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.acquire(key, ttl)
+    }
+    fn release<'a>(
+        &'a self,
+        lock_id: &'a LockId,
+    ) -> BoxFuture<'a, Result<ReleaseOutcome, LockError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.release(lock_id)
+    }
+    fn extend<'a>(
+        &'a self,
+        lock_id: &'a LockId,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if self.failing_extends.load(Ordering::SeqCst) {
+            return Box::pin(async { Err(LockError::service_unavailable("injected outage")) });
+        }
+        self.inner.extend(lock_id, ttl)
+    }
+    fn is_locked<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
+        self.inner.is_locked(key)
+    }
+    fn lookup<'a>(
+        &'a self,
+        query: Lookup<'a>,
+    ) -> BoxFuture<'a, Result<Option<LockInfo>, LockError>> {
+        self.inner.lookup(query)
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+}
+
+fn quick_retry() -> RetryPolicy {
+    RetryPolicy::new()
+        .with_base_delay(Duration::from_millis(20))
+        .with_max_retries(u32::MAX)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_gets_the_lock_when_the_holder_releases() {
+    let backend = MemoryBackend::new();
+    let holder = acquire(&backend, &LockOptions::new("wait:1"))
+        .await
+        .unwrap();
+    let waiter = {
+        let backend = backend.clone();
+        tokio::spawn(async move {
+            acquire(
+                &backend,
+                &LockOptions::new("wait:1").with_retry(quick_retry()),
+            )
+            .await
+        })
+    };
+    sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "must wait while the lock is held");
+    let first_fence = holder.fence();
+    assert!(holder.release().await.unwrap());
+    let second = waiter.await.unwrap().unwrap();
+    assert!(second.fence() > first_fence);
+    assert!(second.release().await.unwrap());
+}
+
+#[tokio::test]
+async fn waiting_gives_up_at_the_timeout() {
+    let backend = MemoryBackend::new();
+    let _holder = acquire(&backend, &LockOptions::new("wait:2"))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let options = LockOptions::new("wait:2")
+        .with_retry(quick_retry().with_timeout(Duration::from_millis(500)));
+    let error = acquire(&backend, &options).await.unwrap_err();
+    let waited = started.elapsed();
+    assert!(error.is_contended(), "{error}");
+    assert!(error.is_retryable());
+    assert!(waited >= Duration::from_millis(450), "{waited:?}");
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    let LockError::AcquisitionTimeout { attempts, .. } = error else {
+        unreachable!()
+    };
+    assert!(attempts > 2, "{attempts}");
+}
+
+#[tokio::test]
+async fn retries_are_counted_and_single_attempt_fails_at_once() {
+    let backend = Flaky::default();
+    let _holder = acquire(&backend, &LockOptions::new("wait:3"))
+        .await
+        .unwrap();
+    let counted = LockOptions::new("wait:3").with_retry(
+        RetryPolicy::new()
+            .with_max_retries(3)
+            .with_backoff(Backoff::Fixed)
+            .with_jitter(Jitter::None)
+            .with_base_delay(Duration::from_millis(10))
+            .with_timeout(Duration::from_secs(30)),
+    );
+    let before = backend.calls.load(Ordering::SeqCst);
+    let error = acquire(&backend, &counted).await.unwrap_err();
+    assert!(matches!(
+        error,
+        LockError::AcquisitionTimeout { attempts: 4, .. }
+    ));
+    assert_eq!(backend.calls.load(Ordering::SeqCst) - before, 4);
+
+    let once = LockOptions::new("wait:3").with_retry(RetryPolicy::single_attempt());
+    let error = acquire(&backend, &once).await.unwrap_err();
+    assert!(matches!(
+        error,
+        LockError::AcquisitionTimeout { attempts: 1, .. }
+    ));
+}
+
+#[tokio::test]
+async fn bad_options_fail_before_any_backend_call() {
+    let backend = Flaky::default();
+    for options in [
+        LockOptions::new(""),
+        LockOptions::new("x".repeat(513)),
+        LockOptions::new("ok").with_ttl(Duration::ZERO),
+        LockOptions::new("ok").with_ttl(Duration::from_secs(400 * 24 * 3600)),
+    ] {
+        let error = acquire(&backend, &options).await.unwrap_err();
+        assert_eq!(error.code(), ErrorCode::InvalidArgument, "{options:?}");
+    }
+    assert_eq!(backend.calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeat_rides_out_a_short_outage() {
+    let backend = Flaky::default();
+    let options = LockOptions::new("hb:outage").with_ttl(Duration::from_millis(1500));
+    let guard = acquire(&backend, &options).await.unwrap();
+    backend.failing_extends.store(true, Ordering::SeqCst);
+    sleep(Duration::from_millis(700)).await; // a failed extend at ~500 ms, retries after
+    backend.failing_extends.store(false, Ordering::SeqCst);
+    sleep(Duration::from_millis(3000)).await;
+    assert!(!guard.is_lost(), "{:?}", guard.lost_reason());
+    assert!(
+        guard.release().await.unwrap(),
+        "still held after the outage"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeat_reports_loss_when_the_outage_outlasts_the_lease() {
+    let backend = Flaky::default();
+    let options = LockOptions::new("hb:down").with_ttl(Duration::from_millis(600));
+    let guard = acquire(&backend, &options).await.unwrap();
+    backend.failing_extends.store(true, Ordering::SeqCst);
+    let started = Instant::now();
+    let reason = timeout(Duration::from_secs(10), guard.lost())
+        .await
+        .unwrap();
+    assert_eq!(reason, LostReason::LeaseExpired);
+    // Declared lost no later than the lease's end (plus scheduling slack), never after.
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    let calls_when_lost = backend.calls.load(Ordering::SeqCst);
+    sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        backend.calls.load(Ordering::SeqCst),
+        calls_when_lost,
+        "the heartbeat stops once the lock is lost"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_hold_stops_the_heartbeat() {
+    let backend = MemoryBackend::new();
+    let options = LockOptions::new("hb:cap")
+        .with_ttl(Duration::from_millis(300))
+        .with_max_hold(Duration::from_millis(1200));
+    let started = Instant::now();
+    let guard = acquire(&backend, &options).await.unwrap();
+    let reason = timeout(Duration::from_secs(10), guard.lost())
+        .await
+        .unwrap();
+    let held = started.elapsed();
+    assert_eq!(reason, LostReason::MaxHoldReached);
+    assert!(held >= Duration::from_millis(1000), "{held:?}");
+    assert!(held < Duration::from_secs(4), "{held:?}");
+    // The heartbeat stopped: once the tolerance passes, the key is free.
+    sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !syncguard::LockBackend::is_locked(&backend, "hb:cap")
+            .await
+            .unwrap()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manual_extend_without_heartbeat_moves_the_deadline() {
+    let backend = MemoryBackend::new();
+    let options = LockOptions::new("hb:manual")
+        .with_ttl(Duration::from_millis(300))
+        .with_heartbeat(false);
+    let guard = acquire(&backend, &options).await.unwrap();
+    let first = guard.expires_at_ms();
+    assert!(guard.extend(Duration::from_secs(3)).await.unwrap());
+    assert!(guard.expires_at_ms() >= first + 2000);
+    sleep(Duration::from_millis(1200)).await;
+    assert!(!guard.is_lost(), "the manual extend must move the deadline");
+    assert!(guard.release().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_guard_releases_in_the_background() {
+    let backend = MemoryBackend::new();
+    let guard = acquire(&backend, &LockOptions::new("drop:1"))
+        .await
+        .unwrap();
+    drop(guard);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while syncguard::LockBackend::is_locked(&backend, "drop:1")
+        .await
+        .unwrap()
+    {
+        assert!(Instant::now() < deadline, "not released after drop");
+        sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[derive(Debug)]
+enum JobError {
+    Lock(LockError),
+    Failed(&'static str),
+}
+
+impl From<LockError> for JobError {
+    fn from(error: LockError) -> Self {
+        Self::Lock(error)
+    }
+}
+
+#[tokio::test]
+async fn with_lock_converts_errors_and_releases_on_every_path() {
+    let backend = MemoryBackend::new();
+    let options = LockOptions::new("job:errors").with_retry(RetryPolicy::single_attempt());
+
+    let value = with_lock(&backend, &options, async |guard| {
+        Ok::<_, JobError>(guard.fence().get())
+    })
+    .await
+    .unwrap();
+    assert_eq!(value, 1);
+
+    let failed = with_lock(&backend, &options, async |_| {
+        Err::<(), _>(JobError::Failed("boom"))
+    })
+    .await;
+    assert!(matches!(failed, Err(JobError::Failed("boom"))));
+
+    let _holder = syncguard::acquire(&backend, &options).await.unwrap();
+    let busy = with_lock(&backend, &options, async |_| Ok::<_, JobError>(())).await;
+    assert!(
+        matches!(busy, Err(JobError::Lock(ref e)) if e.is_contended()),
+        "{busy:?}"
+    );
+}
