@@ -10,6 +10,8 @@ mod lock;
 mod lock_id;
 #[cfg(feature = "memory")]
 mod memory;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 mod retry;
 pub mod time;
 

@@ -1,0 +1,101 @@
+# Sourced by test-all.sh and with-services.sh: installs what is missing and starts the servers
+# the tests need, on loopback on free ports, each registered for shutdown in CLEANUPS.
+# Exports:
+#   SYNCGUARD_TEST_POSTGRES_URL   postgres://postgres@127.0.0.1:<port>/postgres
+#   SYNCGUARD_TEST_REDIS_URL      redis://127.0.0.1:<port>
+#   SYNCGUARD_REDIS_SERVER_BIN    the redis-server binary (for tests that restart their own)
+
+RUN_DIR=$(mktemp -d /tmp/syncguard-services.XXXXXX)
+chmod 755 "$RUN_DIR"
+CLEANUPS=()
+cleanup() {
+  local status=$?
+  for ((i = ${#CLEANUPS[@]} - 1; i >= 0; i--)); do eval "${CLEANUPS[$i]}" >/dev/null 2>&1 || true; done
+  rm -rf "$RUN_DIR"
+  exit "$status"
+}
+trap cleanup EXIT INT TERM
+
+log() { printf '\n==> %s\n' "$*"; }
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+APT_UPDATED=0
+apt_install() {
+  if [ "$APT_UPDATED" = 0 ]; then
+    $SUDO apt-get update -qq
+    APT_UPDATED=1
+  fi
+  # Package scripts must not start system-wide servers: we run our own on free ports.
+  printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+  $SUDO chmod +x /usr/sbin/policy-rc.d
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+  $SUDO rm -f /usr/sbin/policy-rc.d
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+wait_for() { # wait_for <what> <seconds> <command...>
+  local what=$1 seconds=$2
+  shift 2
+  for ((i = 0; i < seconds * 10; i++)); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.1
+  done
+  echo "error: $what did not come up within ${seconds}s" >&2
+  return 1
+}
+
+command -v python3 >/dev/null || apt_install python3
+
+start_postgres() {
+  local bin
+  bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+  if [ -z "$bin" ] || [ ! -x "$bin/postgres" ]; then
+    log "installing PostgreSQL"
+    apt_install postgresql postgresql-client
+    bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+  fi
+  local port dir run_as=()
+  port=$(free_port)
+  dir="$RUN_DIR/postgres"
+  mkdir -p "$dir"
+  if [ "$(id -u)" = 0 ]; then
+    # PostgreSQL refuses to run as root.
+    id postgres >/dev/null 2>&1 || useradd --system --no-create-home postgres
+    chown postgres "$dir"
+    run_as=(runuser -u postgres --)
+  fi
+  "${run_as[@]}" "$bin/initdb" -D "$dir/data" -U postgres -A trust --no-sync >"$dir/initdb.log"
+  "${run_as[@]}" "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300" start >/dev/null
+  CLEANUPS+=("${run_as[*]} $bin/pg_ctl -D $dir/data -m immediate stop")
+  export SYNCGUARD_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$port/postgres"
+  log "PostgreSQL $("$bin/postgres" --version | awk '{print $3}') on 127.0.0.1:$port"
+}
+
+start_redis() {
+  if ! command -v redis-server >/dev/null; then
+    log "installing Redis"
+    apt_install redis-server
+  fi
+  local port dir
+  port=$(free_port)
+  dir="$RUN_DIR/redis"
+  mkdir -p "$dir"
+  redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save "" --appendonly no \
+    --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log"
+  wait_for "redis-server" 30 redis-cli -p "$port" ping
+  CLEANUPS+=("redis-cli -p $port shutdown nosave")
+  export SYNCGUARD_TEST_REDIS_URL="redis://127.0.0.1:$port"
+  SYNCGUARD_REDIS_SERVER_BIN=$(command -v redis-server)
+  export SYNCGUARD_REDIS_SERVER_BIN
+  log "$(redis-server --version | awk '{print $1, $3}') on 127.0.0.1:$port"
+}
+
+start_services() {
+  start_postgres
+  start_redis
+}

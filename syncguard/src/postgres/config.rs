@@ -1,0 +1,274 @@
+//! Configuration of the PostgreSQL backend, and the schema it needs.
+
+use crate::LockError;
+
+/// Table names and behaviour of a [`PostgresBackend`](super::PostgresBackend).
+///
+/// Names are validated when the backend is built: each must be a plain SQL identifier
+/// (`[A-Za-z_][A-Za-z0-9_]*`), the lock table at most 40 bytes (its name prefixes the names of
+/// the indexes and functions the backend installs), the others at most 63, and the two tables
+/// must differ. Anything else, injection attempts included, is
+/// [`LockError::InvalidArgument`].
+///
+/// # Default
+/// | setting | default |
+/// |---|---|
+/// | [`lock_table`](Self::with_lock_table) | `syncguard_locks` |
+/// | [`fence_table`](Self::with_fence_table) | `syncguard_fence_counters` |
+/// | [`schema`](Self::with_schema) | none: the connection's `search_path` decides |
+/// | [`cleanup_in_is_locked`](Self::with_cleanup_in_is_locked) | `false` |
+///
+/// ```
+/// use syncguard::postgres::PostgresConfig;
+///
+/// let config = PostgresConfig::new()
+///     .with_schema("locking")
+///     .with_lock_table("app_locks")
+///     .with_fence_table("app_fence_counters");
+/// assert!(config.validate().is_ok());
+/// assert!(PostgresConfig::new().with_lock_table("locks; DROP TABLE users").validate().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostgresConfig {
+    lock_table: String,
+    fence_table: String,
+    schema: Option<String>,
+    cleanup_in_is_locked: bool,
+}
+
+impl Default for PostgresConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Longest lock table name: leaves room for the `_lock_id`/`_expires` index and
+/// `_acquire` function suffixes within PostgreSQL's 63-byte identifier limit.
+const MAX_LOCK_TABLE_LEN: usize = 40;
+const MAX_IDENTIFIER_LEN: usize = 63;
+
+impl PostgresConfig {
+    /// The default configuration (see the table above).
+    pub fn new() -> Self {
+        Self {
+            lock_table: "syncguard_locks".to_owned(),
+            fence_table: "syncguard_fence_counters".to_owned(),
+            schema: None,
+            cleanup_in_is_locked: false,
+        }
+    }
+
+    /// The table holding live locks.
+    #[must_use]
+    pub fn with_lock_table(mut self, name: impl Into<String>) -> Self {
+        self.lock_table = name.into();
+        self
+    }
+
+    /// The table holding fence counters (never deleted from).
+    #[must_use]
+    pub fn with_fence_table(mut self, name: impl Into<String>) -> Self {
+        self.fence_table = name.into();
+        self
+    }
+
+    /// The schema both tables (and the backend's functions) live in.
+    #[must_use]
+    pub fn with_schema(mut self, name: impl Into<String>) -> Self {
+        self.schema = Some(name.into());
+        self
+    }
+
+    /// Whether `is_locked` deletes the expired lock row it finds, in the background, once it
+    /// is more than 2 s past the tolerance (so it can never race an extend). Off by default:
+    /// `is_locked` is then a pure read. Fence counters are never deleted.
+    #[must_use]
+    pub fn with_cleanup_in_is_locked(mut self, enabled: bool) -> Self {
+        self.cleanup_in_is_locked = enabled;
+        self
+    }
+
+    /// The lock table name.
+    pub fn lock_table(&self) -> &str {
+        &self.lock_table
+    }
+
+    /// The fence table name.
+    pub fn fence_table(&self) -> &str {
+        &self.fence_table
+    }
+
+    /// The schema, if set.
+    pub fn schema(&self) -> Option<&str> {
+        self.schema.as_deref()
+    }
+
+    /// Whether `is_locked` cleans up expired rows.
+    pub fn cleanup_in_is_locked(&self) -> bool {
+        self.cleanup_in_is_locked
+    }
+
+    /// Checks the names.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] saying which name is wrong and what is accepted.
+    pub fn validate(&self) -> Result<(), LockError> {
+        check_identifier("lock table", &self.lock_table, MAX_LOCK_TABLE_LEN)?;
+        check_identifier("fence table", &self.fence_table, MAX_IDENTIFIER_LEN)?;
+        if let Some(schema) = &self.schema {
+            check_identifier("schema", schema, MAX_IDENTIFIER_LEN)?;
+        }
+        if self.lock_table == self.fence_table {
+            return Err(LockError::invalid_argument(
+                "the fence table must differ from the lock table (cleanup of locks must never reach fence counters)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The DDL that creates the tables, indexes and functions for this configuration; what
+    /// [`setup_schema`](super::setup_schema) runs. For the default names it is the bundled
+    /// `schema.sql` ([`SCHEMA_SQL`](super::SCHEMA_SQL)), for migrations.
+    ///
+    /// # Errors
+    /// As [`validate`](Self::validate).
+    pub fn schema_sql(&self) -> Result<String, LockError> {
+        self.validate()?;
+        let names = Names::new(self);
+        let mut sql = String::new();
+        if let Some(schema) = &self.schema {
+            sql.push_str(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\";\n\n"));
+        }
+        sql.push_str(
+            &SCHEMA_TEMPLATE
+                .replace("{locks}", &names.locks)
+                .replace("{fences}", &names.fences)
+                .replace("{acquire}", &names.acquire)
+                .replace("{idx_lock_id}", &names.index("lock_id"))
+                .replace("{idx_expires}", &names.index("expires")),
+        );
+        Ok(sql)
+    }
+}
+
+fn check_identifier(what: &str, name: &str, max_len: usize) -> Result<(), LockError> {
+    let mut chars = name.chars();
+    let well_formed = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !well_formed {
+        return Err(LockError::invalid_argument(format!(
+            "{what} name {name:?} is not a plain SQL identifier: use letters, digits and '_', not starting with a digit"
+        )));
+    }
+    if name.len() > max_len {
+        return Err(LockError::invalid_argument(format!(
+            "{what} name {name:?} is {} bytes; at most {max_len} are accepted",
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Quoted, schema-qualified names of everything the backend touches.
+#[derive(Debug, Clone)]
+pub(super) struct Names {
+    pub(super) locks: String,
+    pub(super) fences: String,
+    pub(super) acquire: String,
+    lock_table: String,
+}
+
+impl Names {
+    pub(super) fn new(config: &PostgresConfig) -> Self {
+        let qualify = |name: &str| match &config.schema {
+            Some(schema) => format!("\"{schema}\".\"{name}\""),
+            None => format!("\"{name}\""),
+        };
+        Self {
+            locks: qualify(&config.lock_table),
+            fences: qualify(&config.fence_table),
+            acquire: qualify(&format!("{}_acquire", config.lock_table)),
+            lock_table: config.lock_table.clone(),
+        }
+    }
+
+    /// Index names are never schema-qualified in `CREATE INDEX`: an index lives in its table's
+    /// schema.
+    fn index(&self, suffix: &str) -> String {
+        format!("\"idx_{}_{suffix}\"", self.lock_table)
+    }
+}
+
+/// The schema for the configured names. Tables and columns are the reference design's, so
+/// TypeScript SyncGuard services can share them; the function is this library's one-round-trip
+/// acquire (TypeScript services do not need it).
+const SCHEMA_TEMPLATE: &str = include_str!("schema.template.sql");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_render_the_bundled_schema() {
+        let sql = PostgresConfig::new().schema_sql().unwrap();
+        assert_eq!(sql, super::super::SCHEMA_SQL);
+    }
+
+    #[test]
+    fn bad_names_are_rejected() {
+        for bad in [
+            "",
+            "1locks",
+            "locks;drop",
+            "locks\"",
+            "lö",
+            "a b",
+            "x\u{0}",
+            "public.locks",
+        ] {
+            let err = PostgresConfig::new()
+                .with_lock_table(bad)
+                .validate()
+                .unwrap_err();
+            assert_eq!(err.code(), crate::ErrorCode::InvalidArgument, "{bad:?}");
+            assert!(
+                PostgresConfig::new()
+                    .with_fence_table(bad)
+                    .validate()
+                    .is_err()
+            );
+            assert!(PostgresConfig::new().with_schema(bad).validate().is_err());
+        }
+        let long = "l".repeat(41);
+        assert!(
+            PostgresConfig::new()
+                .with_lock_table(&long)
+                .validate()
+                .is_err()
+        );
+        assert!(
+            PostgresConfig::new()
+                .with_lock_table("same")
+                .with_fence_table("same")
+                .validate()
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn custom_names_are_quoted_and_qualified() {
+        let sql = PostgresConfig::new()
+            .with_schema("s1")
+            .with_lock_table("Locks")
+            .with_fence_table("fences")
+            .schema_sql()
+            .unwrap();
+        assert!(sql.contains("CREATE SCHEMA IF NOT EXISTS \"s1\""));
+        assert!(sql.contains("CREATE TABLE IF NOT EXISTS \"s1\".\"Locks\""));
+        assert!(sql.contains("\"s1\".\"fences\""));
+        assert!(sql.contains("FUNCTION \"s1\".\"Locks_acquire\""));
+        assert!(!sql.contains("syncguard_locks"));
+    }
+}

@@ -1,0 +1,428 @@
+//! The PostgreSQL backend (feature `postgres`), on a sqlx [`PgPool`].
+//!
+//! Tables, columns, key derivation, fence format and the per-key advisory lock are those of
+//! the SyncGuard reference design, so Rust and TypeScript services can share the same tables.
+//! Every operation is **one round trip**: acquire is a server-side function that
+//! [`setup_schema`] installs (the reference runs the same steps as an eight-round-trip
+//! transaction); release, extend, `is_locked` and lookups are single statements.
+//!
+//! ```no_run
+//! # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {
+//! use syncguard::postgres::{PostgresBackend, PostgresConfig, setup_schema};
+//! use syncguard::LockOptions;
+//!
+//! let pool = sqlx::PgPool::connect("postgres://app@db/app").await.expect("connect");
+//! let config = PostgresConfig::new();
+//! setup_schema(&pool, &config).await?; // once, at startup (or apply schema.sql)
+//! let backend = PostgresBackend::new(pool, config)?;
+//!
+//! syncguard::with_lock(&backend, &LockOptions::new("invoice:7"), async |guard| {
+//!     println!("fence {}", guard.fence());
+//!     Ok::<_, syncguard::LockError>(())
+//! })
+//! .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Time authority is the database server's clock; expired rows stay until a later acquire of
+//! the same key overwrites them, [`PostgresBackend::sweep_expired`] deletes them, or (opt-in)
+//! `is_locked` cleans them up. Fence counters are never deleted.
+
+mod config;
+mod error;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::PgRow;
+use sqlx::{AssertSqlSafe, PgPool, Row, SqlStr};
+
+use config::Names;
+pub use config::PostgresConfig;
+use error::map_error;
+
+use crate::backend::{
+    AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, Lease, LockBackend, LockInfo, Lookup,
+    NotHeldReason, ReleaseOutcome, TimeAuthority,
+};
+use crate::key::{make_fence_key, make_storage_key, normalize_key};
+use crate::time::{TIME_TOLERANCE_MS, ttl_millis};
+use crate::{FENCE_MAX, Fence, LockError, LockId};
+
+/// The schema for the default table names, as a migration file (`schema.sql`). For custom
+/// names, [`PostgresConfig::schema_sql`] renders the same DDL.
+pub const SCHEMA_SQL: &str = include_str!("schema.sql");
+
+/// Longest storage key (bytes) before keys are hashed, as the reference design sets it for
+/// PostgreSQL's B-tree entries.
+pub const STORAGE_KEY_LIMIT_BYTES: usize = 1700;
+
+/// How far past the tolerance a lock must be before cleanup deletes it, so that cleanup can
+/// never race an extend that is renewing it.
+pub const CLEANUP_GUARD_MS: u64 = 2000;
+
+/// The server's clock in Unix milliseconds, in every statement.
+macro_rules! now_ms {
+    () => {
+        "floor(extract(epoch FROM clock_timestamp()) * 1000)::BIGINT"
+    };
+}
+
+/// Locks in PostgreSQL tables shared with the SyncGuard reference design.
+///
+/// Cheap to clone (the pool and prepared statement texts are shared). Build it with
+/// [`PostgresBackend::new`] after [`setup_schema`] (or the `schema.sql` migration).
+#[derive(Clone)]
+pub struct PostgresBackend {
+    pool: PgPool,
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: PostgresConfig,
+    acquire: SqlStr,
+    release: SqlStr,
+    extend: SqlStr,
+    is_locked: SqlStr,
+    lookup_by_key: SqlStr,
+    lookup_by_id: SqlStr,
+    cleanup_key: SqlStr,
+    sweep: SqlStr,
+}
+
+fn statement(sql: String) -> SqlStr {
+    // Only validated identifiers (PostgresConfig::validate) are interpolated; values are bound.
+    sqlx::SqlSafeStr::into_sql_str(AssertSqlSafe(Arc::<str>::from(sql)))
+}
+
+impl Inner {
+    fn new(config: PostgresConfig) -> Result<Self, LockError> {
+        config.validate()?;
+        let Names {
+            locks,
+            acquire: acquire_fn,
+            ..
+        } = Names::new(&config);
+        let now = now_ms!();
+        let lookup = |column: &str| {
+            statement(format!(
+                "SELECT user_key, lock_id, expires_at_ms, acquired_at_ms, fence FROM {locks} \
+                 WHERE {column} = $1 AND expires_at_ms > {now} - $2"
+            ))
+        };
+        Ok(Self {
+            acquire: statement(format!(
+                "SELECT acquired, expires_at_ms, fence FROM {acquire_fn}($1, $2, $3, $4, $5, $6, $7)"
+            )),
+            // Resolve, verify ownership and liveness, and delete in one atomic statement. A
+            // competing writer makes PostgreSQL re-check `lock_id` and expiry on the row's
+            // newest version, so a lock taken over in between is never deleted.
+            release: statement(format!(
+                "WITH target AS (SELECT 1 FROM {locks} WHERE lock_id = $1), \
+                 released AS (DELETE FROM {locks} WHERE lock_id = $1 AND expires_at_ms > {now} - $2 RETURNING 1) \
+                 SELECT EXISTS (SELECT 1 FROM released) AS released, EXISTS (SELECT 1 FROM target) AS found"
+            )),
+            extend: statement(format!(
+                "WITH target AS (SELECT 1 FROM {locks} WHERE lock_id = $1), \
+                 clock AS (SELECT {now} AS ms), \
+                 extended AS (UPDATE {locks} SET expires_at_ms = clock.ms + $2 FROM clock \
+                   WHERE lock_id = $1 AND expires_at_ms > clock.ms - $3 RETURNING expires_at_ms) \
+                 SELECT (SELECT expires_at_ms FROM extended) AS expires_at_ms, EXISTS (SELECT 1 FROM target) AS found"
+            )),
+            is_locked: statement(format!(
+                "SELECT expires_at_ms > {now} - $2 AS live, expires_at_ms < {now} - $3 AS sweepable \
+                 FROM {locks} WHERE key = $1"
+            )),
+            lookup_by_key: lookup("key"),
+            lookup_by_id: lookup("lock_id"),
+            cleanup_key: statement(format!(
+                "DELETE FROM {locks} WHERE key = $1 AND expires_at_ms < {now} - $2"
+            )),
+            sweep: statement(format!(
+                "DELETE FROM {locks} WHERE expires_at_ms < {now} - $1"
+            )),
+            config,
+        })
+    }
+}
+
+/// Creates the tables, indexes and the acquire function for `config`, if missing. Idempotent
+/// and safe to run from several processes at once; run it at startup, or apply
+/// [`SCHEMA_SQL`] / [`PostgresConfig::schema_sql`] as a migration instead.
+///
+/// # Errors
+/// [`LockError::InvalidArgument`] for a bad configuration (before any I/O); mapped database
+/// errors (for example [`LockError::AuthFailed`] without the `CREATE` privilege).
+pub async fn setup_schema(pool: &PgPool, config: &PostgresConfig) -> Result<(), LockError> {
+    let ddl = config.schema_sql()?;
+    let mut tx = pool.begin().await.map_err(|e| map_error(e, pool))?;
+    // Concurrent CREATE ... IF NOT EXISTS can still collide in the catalogs; serialize them.
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('syncguard:setup_schema'))")
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, pool))?;
+    sqlx::raw_sql(AssertSqlSafe(ddl))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, pool))?;
+    tx.commit().await.map_err(|e| map_error(e, pool))
+}
+
+impl PostgresBackend {
+    /// A backend on `pool` with `config`. The schema must exist (see [`setup_schema`]).
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for invalid table or schema names.
+    pub fn new(pool: PgPool, config: PostgresConfig) -> Result<Self, LockError> {
+        Ok(Self {
+            inner: Arc::new(Inner::new(config)?),
+            pool,
+        })
+    }
+
+    /// The pool the backend runs on.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &PostgresConfig {
+        &self.inner.config
+    }
+
+    /// Deletes expired lock rows (more than [`CLEANUP_GUARD_MS`] past the tolerance) and
+    /// returns how many. Never touches the fence table. Run it periodically if many distinct
+    /// keys are locked once and never again; otherwise an acquire overwrites expired rows.
+    ///
+    /// # Errors
+    /// Mapped database errors.
+    pub async fn sweep_expired(&self) -> Result<u64, LockError> {
+        let result = sqlx::query(self.inner.sweep.clone())
+            .bind(guarded_tolerance_ms())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.map(e))?;
+        Ok(result.rows_affected())
+    }
+
+    fn map(&self, error: sqlx::Error) -> LockError {
+        map_error(error, &self.pool)
+    }
+
+    async fn acquire_impl(&self, key: &str, ttl: Duration) -> Result<AcquireOutcome, LockError> {
+        let key = normalize_key(key)?;
+        let ttl_ms = ttl_millis(ttl)?;
+        let storage_key = make_storage_key("", &key, STORAGE_KEY_LIMIT_BYTES, 0)?;
+        let fence_key = make_fence_key("", &storage_key, STORAGE_KEY_LIMIT_BYTES, 0)?;
+        let lock_id = LockId::generate();
+        let row = sqlx::query(self.inner.acquire.clone())
+            .bind(&storage_key)
+            .bind(key.as_ref())
+            .bind(&fence_key)
+            .bind(lock_id.as_str())
+            .bind(as_bigint(ttl_ms))
+            .bind(as_bigint(TIME_TOLERANCE_MS))
+            .bind(as_bigint(FENCE_MAX))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.map(e))?;
+        if !row.try_get::<bool, _>(0).map_err(decode_error)? {
+            return Ok(AcquireOutcome::Contended);
+        }
+        let expires_at_ms = millis(&row, 1)?;
+        let fence = Fence::new(millis(&row, 2)?)?;
+        Ok(AcquireOutcome::Acquired(Lease::new(
+            lock_id,
+            expires_at_ms,
+            fence,
+        )))
+    }
+
+    async fn release_impl(&self, lock_id: &LockId) -> Result<ReleaseOutcome, LockError> {
+        let row = sqlx::query(self.inner.release.clone())
+            .bind(lock_id.as_str())
+            .bind(as_bigint(TIME_TOLERANCE_MS))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.map(e))?;
+        let released: bool = row.try_get(0).map_err(decode_error)?;
+        let found: bool = row.try_get(1).map_err(decode_error)?;
+        Ok(if released {
+            ReleaseOutcome::Released
+        } else {
+            ReleaseOutcome::NotHeld(Some(not_held_reason(found)))
+        })
+    }
+
+    async fn extend_impl(
+        &self,
+        lock_id: &LockId,
+        ttl: Duration,
+    ) -> Result<ExtendOutcome, LockError> {
+        let ttl_ms = ttl_millis(ttl)?;
+        let row = sqlx::query(self.inner.extend.clone())
+            .bind(lock_id.as_str())
+            .bind(as_bigint(ttl_ms))
+            .bind(as_bigint(TIME_TOLERANCE_MS))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.map(e))?;
+        let expires_at_ms: Option<i64> = row.try_get(0).map_err(decode_error)?;
+        let found: bool = row.try_get(1).map_err(decode_error)?;
+        Ok(match expires_at_ms {
+            Some(ms) => ExtendOutcome::Extended {
+                expires_at_ms: to_millis(ms)?,
+            },
+            None => ExtendOutcome::NotHeld(Some(not_held_reason(found))),
+        })
+    }
+
+    async fn is_locked_impl(&self, key: &str) -> Result<bool, LockError> {
+        let key = normalize_key(key)?;
+        let storage_key = make_storage_key("", &key, STORAGE_KEY_LIMIT_BYTES, 0)?;
+        let row = sqlx::query(self.inner.is_locked.clone())
+            .bind(&storage_key)
+            .bind(as_bigint(TIME_TOLERANCE_MS))
+            .bind(guarded_tolerance_ms())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.map(e))?;
+        let Some(row) = row else { return Ok(false) };
+        let live: bool = row.try_get(0).map_err(decode_error)?;
+        let sweepable: bool = row.try_get(1).map_err(decode_error)?;
+        if sweepable && self.inner.config.cleanup_in_is_locked() {
+            self.spawn_cleanup(storage_key);
+        }
+        Ok(live)
+    }
+
+    /// Fire-and-forget deletion of one expired row; failures only cost a later retry.
+    fn spawn_cleanup(&self, storage_key: String) {
+        let (pool, sql) = (self.pool.clone(), self.inner.cleanup_key.clone());
+        tokio::spawn(async move {
+            let deleted = sqlx::query(sql)
+                .bind(storage_key)
+                .bind(guarded_tolerance_ms())
+                .execute(&pool)
+                .await;
+            if let Err(error) = deleted {
+                tracing::debug!(%error, "syncguard is_locked cleanup failed");
+            }
+        });
+    }
+
+    async fn lookup_impl(&self, query: Lookup<'_>) -> Result<Option<LockInfo>, LockError> {
+        let (sql, value) = match query {
+            Lookup::Key(key) => {
+                let key = normalize_key(key)?;
+                (
+                    &self.inner.lookup_by_key,
+                    make_storage_key("", &key, STORAGE_KEY_LIMIT_BYTES, 0)?,
+                )
+            }
+            Lookup::LockId(lock_id) => (&self.inner.lookup_by_id, lock_id.as_str().to_owned()),
+        };
+        let row = sqlx::query(sql.clone())
+            .bind(value)
+            .bind(as_bigint(TIME_TOLERANCE_MS))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.map(e))?;
+        let Some(row) = row else { return Ok(None) };
+        let stored_id: String = row.try_get(1).map_err(decode_error)?;
+        let stored_id = LockId::parse(&stored_id)
+            .map_err(|_| LockError::internal("stored lock_id is malformed"))?;
+        // Explicit ownership check (ADR-003), even though the query filtered on it.
+        if let Lookup::LockId(lock_id) = query
+            && stored_id != *lock_id
+        {
+            return Ok(None);
+        }
+        let fence: String = row.try_get(4).map_err(decode_error)?;
+        Ok(Some(LockInfo::new(
+            row.try_get(0).map_err(decode_error)?,
+            stored_id,
+            millis(&row, 2)?,
+            millis(&row, 3)?,
+            fence.parse()?,
+        )))
+    }
+}
+
+impl LockBackend for PostgresBackend {
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
+        Box::pin(self.acquire_impl(key, ttl))
+    }
+
+    fn release<'a>(
+        &'a self,
+        lock_id: &'a LockId,
+    ) -> BoxFuture<'a, Result<ReleaseOutcome, LockError>> {
+        Box::pin(self.release_impl(lock_id))
+    }
+
+    fn extend<'a>(
+        &'a self,
+        lock_id: &'a LockId,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
+        Box::pin(self.extend_impl(lock_id, ttl))
+    }
+
+    fn is_locked<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(self.is_locked_impl(key))
+    }
+
+    fn lookup<'a>(
+        &'a self,
+        query: Lookup<'a>,
+    ) -> BoxFuture<'a, Result<Option<LockInfo>, LockError>> {
+        Box::pin(self.lookup_impl(query))
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new("postgres", TimeAuthority::Server)
+    }
+}
+
+impl std::fmt::Debug for PostgresBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresBackend")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+fn not_held_reason(found: bool) -> NotHeldReason {
+    if found {
+        NotHeldReason::Expired
+    } else {
+        NotHeldReason::NotFound
+    }
+}
+
+fn guarded_tolerance_ms() -> i64 {
+    as_bigint(TIME_TOLERANCE_MS + CLEANUP_GUARD_MS)
+}
+
+/// Our millisecond values (validated ttls, constants) always fit a BIGINT.
+fn as_bigint(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn millis(row: &PgRow, index: usize) -> Result<u64, LockError> {
+    to_millis(row.try_get::<i64, _>(index).map_err(decode_error)?)
+}
+
+fn to_millis(value: i64) -> Result<u64, LockError> {
+    u64::try_from(value)
+        .map_err(|_| LockError::internal(format!("stored timestamp {value} is negative")))
+}
+
+fn decode_error(error: sqlx::Error) -> LockError {
+    LockError::internal("unexpected column in a syncguard PostgreSQL result").with_source(error)
+}
