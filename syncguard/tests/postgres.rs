@@ -23,7 +23,7 @@ fn url() -> String {
 }
 
 async fn pool(max_connections: u32) -> PgPool {
-    PgPoolOptions::new()
+    PostgresBackend::pool_options()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(30))
         .connect(&url())
@@ -166,6 +166,31 @@ async fn invalid_and_injected_names_are_rejected_and_change_nothing() {
         .await
         .unwrap();
     assert_eq!(tables_before, tables_after);
+}
+
+#[tokio::test]
+async fn connect_builds_a_working_backend_and_rejects_bad_urls() {
+    let backend = PostgresBackend::connect(&url(), PostgresConfig::new())
+        .await
+        .unwrap();
+    setup_schema(backend.pool(), backend.config()).await.unwrap();
+    let key = conformance::unique_key("connect");
+    let lease = backend
+        .acquire(&key, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .lease()
+        .unwrap();
+    assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+
+    let error = PostgresBackend::connect("not a url", PostgresConfig::new())
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
+    let error = PostgresBackend::connect(&url(), PostgresConfig::new().with_lock_table("a-b"))
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
 }
 
 #[tokio::test]

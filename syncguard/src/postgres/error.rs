@@ -6,10 +6,10 @@ use sqlx::PgPool;
 
 use crate::LockError;
 
-/// Maps a sqlx error; `pool` tells a pool timeout caused by exhaustion (all connections busy:
-/// [`LockError::RateLimited`]) from one caused by a slow or unreachable server
-/// ([`LockError::NetworkTimeout`]).
-pub(super) fn map_error(error: sqlx::Error, pool: &PgPool) -> LockError {
+/// Maps a sqlx error; `pool`, when known, tells a pool timeout caused by exhaustion (all
+/// connections busy: [`LockError::RateLimited`]) from one caused by a slow or unreachable
+/// server ([`LockError::NetworkTimeout`]).
+pub(super) fn map_error(error: sqlx::Error, pool: Option<&PgPool>) -> LockError {
     let mapped = match &error {
         sqlx::Error::Database(db) => {
             let code = db.code().unwrap_or_default();
@@ -21,9 +21,10 @@ pub(super) fn map_error(error: sqlx::Error, pool: &PgPool) -> LockError {
             _ => LockError::service_unavailable(format!("PostgreSQL connection failed: {io}")),
         },
         sqlx::Error::PoolTimedOut => {
-            let exhausted =
-                pool.size() >= pool.options().get_max_connections() && pool.num_idle() == 0;
-            if exhausted {
+            let exhausted = pool.filter(|pool| {
+                pool.size() >= pool.options().get_max_connections() && pool.num_idle() == 0
+            });
+            if let Some(pool) = exhausted {
                 LockError::rate_limited(format!(
                     "all {} pooled PostgreSQL connections stayed busy past the acquire timeout; raise max_connections or lower concurrency",
                     pool.options().get_max_connections()

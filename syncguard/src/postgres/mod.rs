@@ -29,16 +29,21 @@
 //! `is_locked` cleans them up. Fence counters are never deleted.
 
 mod config;
+mod connections;
 mod error;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::PgRow;
-use sqlx::{AssertSqlSafe, PgPool, Row, SqlStr};
+use std::str::FromStr;
+
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
+use sqlx::{AssertSqlSafe, PgPool, Postgres, Row, SqlStr};
 
 use config::Names;
 pub use config::PostgresConfig;
+use connections::Connections;
 use error::map_error;
 
 use crate::backend::{
@@ -72,9 +77,14 @@ macro_rules! now_ms {
 ///
 /// Cheap to clone (the pool and prepared statement texts are shared). Build it with
 /// [`PostgresBackend::new`] after [`setup_schema`] (or the `schema.sql` migration).
+///
+/// While lock traffic flows, the backend keeps the connections it used checked out of the
+/// pool (up to the pool's size) and reuses them directly: sqlx pings every connection it takes
+/// back, which would add a round trip to every operation. Connections idle for 5 s go back
+/// to the pool. If the pool is shared with other queries, size it for both.
 #[derive(Clone)]
 pub struct PostgresBackend {
-    pool: PgPool,
+    connections: Arc<Connections>,
     inner: Arc<Inner>,
 }
 
@@ -155,17 +165,17 @@ impl Inner {
 /// errors (for example [`LockError::AuthFailed`] without the `CREATE` privilege).
 pub async fn setup_schema(pool: &PgPool, config: &PostgresConfig) -> Result<(), LockError> {
     let ddl = config.schema_sql()?;
-    let mut tx = pool.begin().await.map_err(|e| map_error(e, pool))?;
+    let mut tx = pool.begin().await.map_err(|e| map_error(e, Some(pool)))?;
     // Concurrent CREATE ... IF NOT EXISTS can still collide in the catalogs; serialize them.
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext('syncguard:setup_schema'))")
         .execute(&mut *tx)
         .await
-        .map_err(|e| map_error(e, pool))?;
+        .map_err(|e| map_error(e, Some(pool)))?;
     sqlx::raw_sql(AssertSqlSafe(ddl))
         .execute(&mut *tx)
         .await
-        .map_err(|e| map_error(e, pool))?;
-    tx.commit().await.map_err(|e| map_error(e, pool))
+        .map_err(|e| map_error(e, Some(pool)))?;
+    tx.commit().await.map_err(|e| map_error(e, Some(pool)))
 }
 
 impl PostgresBackend {
@@ -176,13 +186,48 @@ impl PostgresBackend {
     pub fn new(pool: PgPool, config: PostgresConfig) -> Result<Self, LockError> {
         Ok(Self {
             inner: Arc::new(Inner::new(config)?),
-            pool,
+            connections: Connections::new(pool),
         })
+    }
+
+    /// Pool options suited to lock traffic: sqlx's defaults, except that connections are not
+    /// pinged on every checkout (`test_before_acquire(false)`), which would add a round trip
+    /// to every operation. A broken connection then fails one operation with a mapped,
+    /// retryable error ([`LockError::ServiceUnavailable`]) and is replaced. Use them for your
+    /// own pool too.
+    pub fn pool_options() -> PgPoolOptions {
+        PgPoolOptions::new().test_before_acquire(false)
+    }
+
+    /// Connects a pool with [`pool_options`](Self::pool_options) and builds the backend. The
+    /// schema must exist (see [`setup_schema`]).
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {
+    /// use syncguard::postgres::{PostgresBackend, PostgresConfig, setup_schema};
+    ///
+    /// let backend = PostgresBackend::connect("postgres://app@db/app", PostgresConfig::new()).await?;
+    /// setup_schema(backend.pool(), backend.config()).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for a bad configuration or URL; mapped connection errors.
+    pub async fn connect(url: &str, config: PostgresConfig) -> Result<Self, LockError> {
+        config.validate()?;
+        let options = PgConnectOptions::from_str(url).map_err(|e| {
+            LockError::invalid_argument("invalid PostgreSQL connection URL").with_source(e)
+        })?;
+        let pool = Self::pool_options()
+            .connect_with(options)
+            .await
+            .map_err(|e| map_error(e, None))?;
+        Self::new(pool, config)
     }
 
     /// The pool the backend runs on.
     pub fn pool(&self) -> &PgPool {
-        &self.pool
+        self.connections.pool()
     }
 
     /// The configuration.
@@ -197,16 +242,39 @@ impl PostgresBackend {
     /// # Errors
     /// Mapped database errors.
     pub async fn sweep_expired(&self) -> Result<u64, LockError> {
+        let mut conn = self.connection().await?;
         let result = sqlx::query(self.inner.sweep.clone())
             .bind(guarded_tolerance_ms())
-            .execute(&self.pool)
-            .await
-            .map_err(|e| self.map(e))?;
+            .execute(&mut *conn)
+            .await;
+        let result = self.finish(conn, result)?;
         Ok(result.rows_affected())
     }
 
+    async fn connection(&self) -> Result<PoolConnection<Postgres>, LockError> {
+        self.connections.get().await.map_err(|e| self.map(e))
+    }
+
+    /// Keeps the connection for the next operation if its query succeeded.
+    fn finish<T>(
+        &self,
+        conn: PoolConnection<Postgres>,
+        result: Result<T, sqlx::Error>,
+    ) -> Result<T, LockError> {
+        match result {
+            Ok(value) => {
+                self.connections.put(conn);
+                Ok(value)
+            }
+            Err(error) => {
+                drop(conn); // back through the pool, which checks it
+                Err(self.map(error))
+            }
+        }
+    }
+
     fn map(&self, error: sqlx::Error) -> LockError {
-        map_error(error, &self.pool)
+        map_error(error, Some(self.pool()))
     }
 
     async fn acquire_impl(&self, key: &str, ttl: Duration) -> Result<AcquireOutcome, LockError> {
@@ -215,7 +283,8 @@ impl PostgresBackend {
         let storage_key = make_storage_key("", &key, STORAGE_KEY_LIMIT_BYTES, 0)?;
         let fence_key = make_fence_key("", &storage_key, STORAGE_KEY_LIMIT_BYTES, 0)?;
         let lock_id = LockId::generate();
-        let row = sqlx::query(self.inner.acquire.clone())
+        let mut conn = self.connection().await?;
+        let result = sqlx::query(self.inner.acquire.clone())
             .bind(&storage_key)
             .bind(key.as_ref())
             .bind(&fence_key)
@@ -223,9 +292,9 @@ impl PostgresBackend {
             .bind(as_bigint(ttl_ms))
             .bind(as_bigint(TIME_TOLERANCE_MS))
             .bind(as_bigint(FENCE_MAX))
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| self.map(e))?;
+            .fetch_one(&mut *conn)
+            .await;
+        let row = self.finish(conn, result)?;
         if !row.try_get::<bool, _>(0).map_err(decode_error)? {
             return Ok(AcquireOutcome::Contended);
         }
@@ -239,12 +308,13 @@ impl PostgresBackend {
     }
 
     async fn release_impl(&self, lock_id: &LockId) -> Result<ReleaseOutcome, LockError> {
-        let row = sqlx::query(self.inner.release.clone())
+        let mut conn = self.connection().await?;
+        let result = sqlx::query(self.inner.release.clone())
             .bind(lock_id.as_str())
             .bind(as_bigint(TIME_TOLERANCE_MS))
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| self.map(e))?;
+            .fetch_one(&mut *conn)
+            .await;
+        let row = self.finish(conn, result)?;
         let released: bool = row.try_get(0).map_err(decode_error)?;
         let found: bool = row.try_get(1).map_err(decode_error)?;
         Ok(if released {
@@ -260,13 +330,14 @@ impl PostgresBackend {
         ttl: Duration,
     ) -> Result<ExtendOutcome, LockError> {
         let ttl_ms = ttl_millis(ttl)?;
-        let row = sqlx::query(self.inner.extend.clone())
+        let mut conn = self.connection().await?;
+        let result = sqlx::query(self.inner.extend.clone())
             .bind(lock_id.as_str())
             .bind(as_bigint(ttl_ms))
             .bind(as_bigint(TIME_TOLERANCE_MS))
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| self.map(e))?;
+            .fetch_one(&mut *conn)
+            .await;
+        let row = self.finish(conn, result)?;
         let expires_at_ms: Option<i64> = row.try_get(0).map_err(decode_error)?;
         let found: bool = row.try_get(1).map_err(decode_error)?;
         Ok(match expires_at_ms {
@@ -280,13 +351,14 @@ impl PostgresBackend {
     async fn is_locked_impl(&self, key: &str) -> Result<bool, LockError> {
         let key = normalize_key(key)?;
         let storage_key = make_storage_key("", &key, STORAGE_KEY_LIMIT_BYTES, 0)?;
-        let row = sqlx::query(self.inner.is_locked.clone())
+        let mut conn = self.connection().await?;
+        let result = sqlx::query(self.inner.is_locked.clone())
             .bind(&storage_key)
             .bind(as_bigint(TIME_TOLERANCE_MS))
             .bind(guarded_tolerance_ms())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(|e| self.map(e))?;
+            .fetch_optional(&mut *conn)
+            .await;
+        let row = self.finish(conn, result)?;
         let Some(row) = row else { return Ok(false) };
         let live: bool = row.try_get(0).map_err(decode_error)?;
         let sweepable: bool = row.try_get(1).map_err(decode_error)?;
@@ -298,7 +370,7 @@ impl PostgresBackend {
 
     /// Fire-and-forget deletion of one expired row; failures only cost a later retry.
     fn spawn_cleanup(&self, storage_key: String) {
-        let (pool, sql) = (self.pool.clone(), self.inner.cleanup_key.clone());
+        let (pool, sql) = (self.pool().clone(), self.inner.cleanup_key.clone());
         tokio::spawn(async move {
             let deleted = sqlx::query(sql)
                 .bind(storage_key)
@@ -322,12 +394,13 @@ impl PostgresBackend {
             }
             Lookup::LockId(lock_id) => (&self.inner.lookup_by_id, lock_id.as_str().to_owned()),
         };
-        let row = sqlx::query(sql.clone())
+        let mut conn = self.connection().await?;
+        let result = sqlx::query(sql.clone())
             .bind(value)
             .bind(as_bigint(TIME_TOLERANCE_MS))
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(|e| self.map(e))?;
+            .fetch_optional(&mut *conn)
+            .await;
+        let row = self.finish(conn, result)?;
         let Some(row) = row else { return Ok(None) };
         let stored_id: String = row.try_get(1).map_err(decode_error)?;
         let stored_id = LockId::parse(&stored_id)

@@ -1,0 +1,221 @@
+//! PostgreSQL backend benchmark: round trips per operation, then acquire+release cycles/s and
+//! latency at 1, 16 and 64 workers on distinct keys and one hot key, against a raw
+//! two-statement baseline (upsert ... RETURNING, then DELETE) in the same run.
+//!
+//! Needs a PostgreSQL server; `scripts/with-services.sh` starts one:
+//!
+//! ```sh
+//! bash scripts/with-services.sh cargo bench -p syncguard --features postgres --bench postgres
+//! ```
+
+mod support;
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use support::{Cycle, RoundTripProxy, print_header, print_row, run, scenario_duration};
+use syncguard::postgres::{PostgresBackend, PostgresConfig, setup_schema};
+use syncguard::{AcquireOutcome, LockBackend, LockId, Lookup};
+
+const TTL: Duration = Duration::from_secs(30);
+
+fn url() -> String {
+    std::env::var("SYNCGUARD_TEST_POSTGRES_URL").expect(
+        "SYNCGUARD_TEST_POSTGRES_URL is not set: run this through `bash scripts/with-services.sh`",
+    )
+}
+
+async fn pool(url: &str, connections: u32) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(connections)
+        .min_connections(connections)
+        // As PostgresBackend::connect configures it: no ping round trip per checkout.
+        .test_before_acquire(false)
+        .acquire_timeout(Duration::from_secs(60))
+        .connect(url)
+        .await
+        .expect("connect")
+}
+
+#[tokio::main]
+async fn main() {
+    let url = url();
+    let admin = pool(&url, 2).await;
+    setup_schema(&admin, &PostgresConfig::new()).await.unwrap();
+    sqlx::raw_sql(
+        "CREATE TABLE IF NOT EXISTS syncguard_bench_raw (key TEXT PRIMARY KEY, lock_id TEXT NOT NULL, expires_at_ms BIGINT NOT NULL)",
+    )
+    .execute(&admin)
+    .await
+    .unwrap();
+    let durability: (String, String) =
+        sqlx::query_as("SELECT current_setting('synchronous_commit'), current_setting('fsync')")
+            .fetch_one(&admin)
+            .await
+            .unwrap();
+    let version: String = sqlx::query_scalar("SHOW server_version")
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+    println!(
+        "PostgreSQL {version}, synchronous_commit={}, fsync={} (durable commits)\n",
+        durability.0, durability.1
+    );
+
+    round_trips(&url).await;
+
+    let duration = scenario_duration();
+    println!(
+        "\nacquire+release cycles, {}s per scenario:\n",
+        duration.as_secs_f64()
+    );
+    print_header();
+    for workers in [1, 16, 64] {
+        let pool = pool(&url, workers as u32 + 1).await;
+        let backend = PostgresBackend::new(pool.clone(), PostgresConfig::new()).unwrap();
+        let run_id = LockId::generate();
+        for hot in [false, true] {
+            let keys = if hot { "one hot" } else { "distinct" };
+            let backend = backend.clone();
+            let prefix = format!("bench:{run_id}:{hot}");
+            let measured = run(workers, duration, move |worker, _| {
+                let backend = backend.clone();
+                let key = if hot {
+                    prefix.clone()
+                } else {
+                    format!("{prefix}:{worker}")
+                };
+                async move {
+                    match backend.acquire(&key, TTL).await.expect("acquire") {
+                        AcquireOutcome::Acquired(lease) => {
+                            let released = backend.release(&lease.lock_id).await.expect("release");
+                            assert!(released.is_released());
+                            Cycle::Done
+                        }
+                        AcquireOutcome::Contended => Cycle::Contended,
+                    }
+                }
+            })
+            .await;
+            print_row("syncguard acquire+release", workers, keys, &measured);
+
+            let raw_pool = pool.clone();
+            let raw_prefix = format!("raw:{run_id}:{hot}");
+            let measured = run(workers, duration, move |worker, _| {
+                let pool = raw_pool.clone();
+                let key = if hot {
+                    raw_prefix.clone()
+                } else {
+                    format!("{raw_prefix}:{worker}")
+                };
+                async move {
+                    raw_cycle(&pool, &key).await;
+                    Cycle::Done
+                }
+            })
+            .await;
+            print_row("raw upsert+delete baseline", workers, keys, &measured);
+        }
+        pool.close().await;
+    }
+}
+
+async fn raw_cycle(pool: &PgPool, key: &str) {
+    let lock_id = LockId::generate();
+    let _expires: i64 = sqlx::query_scalar(
+        "INSERT INTO syncguard_bench_raw (key, lock_id, expires_at_ms) \
+         VALUES ($1, $2, floor(extract(epoch FROM clock_timestamp()) * 1000)::BIGINT + 30000) \
+         ON CONFLICT (key) DO UPDATE SET lock_id = EXCLUDED.lock_id, expires_at_ms = EXCLUDED.expires_at_ms \
+         RETURNING expires_at_ms",
+    )
+    .bind(key)
+    .bind(lock_id.as_str())
+    .fetch_one(pool)
+    .await
+    .expect("raw upsert");
+    sqlx::query("DELETE FROM syncguard_bench_raw WHERE key = $1")
+        .bind(key)
+        .execute(pool)
+        .await
+        .expect("raw delete");
+}
+
+/// Counts round trips per operation through a proxy, on one warmed-up connection.
+async fn round_trips(url: &str) {
+    let proxy = RoundTripProxy::start(support::socket_addr_of(url)).await;
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let proxied = format!(
+        "{}{separator}sslmode=disable",
+        url.replacen(
+            &support::socket_addr_of(url).to_string(),
+            &proxy.addr.to_string(),
+            1
+        )
+    );
+    let pool = pool(&proxied, 1).await;
+    let backend = PostgresBackend::new(pool, PostgresConfig::new()).unwrap();
+    let key = format!("bench:rtt:{}", LockId::generate());
+    const N: u64 = 200;
+
+    // Warm up: the first use of each statement on a connection also prepares it.
+    for _ in 0..2 {
+        let lease = backend.acquire(&key, TTL).await.unwrap().lease().unwrap();
+        let _ = backend.extend(&lease.lock_id, TTL).await.unwrap();
+        let _ = backend.is_locked(&key).await.unwrap();
+        let _ = backend.lookup(Lookup::Key(&key)).await.unwrap();
+        let _ = backend
+            .lookup(Lookup::LockId(&lease.lock_id))
+            .await
+            .unwrap();
+        let _ = backend.release(&lease.lock_id).await.unwrap();
+    }
+
+    let mut counts = [0_u64; 6];
+    for _ in 0..N {
+        let before = proxy.round_trips();
+        let lease = backend.acquire(&key, TTL).await.unwrap().lease().unwrap();
+        let after_acquire = proxy.round_trips();
+        let _ = backend.extend(&lease.lock_id, TTL).await.unwrap();
+        let after_extend = proxy.round_trips();
+        let _ = backend.is_locked(&key).await.unwrap();
+        let after_is_locked = proxy.round_trips();
+        let _ = backend.lookup(Lookup::Key(&key)).await.unwrap();
+        let after_by_key = proxy.round_trips();
+        let _ = backend
+            .lookup(Lookup::LockId(&lease.lock_id))
+            .await
+            .unwrap();
+        let after_by_id = proxy.round_trips();
+        let _ = backend.release(&lease.lock_id).await.unwrap();
+        let after_release = proxy.round_trips();
+        let marks = [
+            before,
+            after_acquire,
+            after_extend,
+            after_is_locked,
+            after_by_key,
+            after_by_id,
+            after_release,
+        ];
+        for (count, pair) in counts.iter_mut().zip(marks.windows(2)) {
+            *count += pair[1] - pair[0];
+        }
+    }
+    println!("round trips per operation (measured over {N} operations each, after warm-up):\n");
+    println!("| operation | round trips |");
+    println!("|---|---:|");
+    let names = [
+        "acquire",
+        "extend",
+        "is_locked",
+        "lookup by key",
+        "lookup by lock id",
+        "release",
+    ];
+    for (name, count) in names.iter().zip(counts) {
+        println!("| {name} | {:.2} |", count as f64 / N as f64);
+    }
+    let cycle = (counts[0] + counts[5]) as f64 / N as f64;
+    println!("| acquire+release cycle | {cycle:.2} |");
+}
