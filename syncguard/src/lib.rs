@@ -12,6 +12,7 @@ mod lock_id;
 mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod private;
 mod retry;
 pub mod time;
 
@@ -33,3 +34,12 @@ pub use lock_id::{LOCK_ID_LEN, LockId};
 #[cfg(feature = "memory")]
 pub use memory::MemoryBackend;
 pub use retry::{Backoff, Jitter, RetryPolicy};
+
+#[cfg(feature = "macros")]
+pub use syncguard_macros::locked;
+
+#[doc(hidden)]
+pub mod __private {
+    //! Used by the code `#[locked]` generates; not public API.
+    pub use crate::private::*;
+}

@@ -9,7 +9,7 @@ use crate::backend::{AcquireOutcome, LockBackend};
 use crate::guard::{KeepPolicy, LockGuard};
 use crate::key::normalize_key;
 use crate::time::{now_ms, ttl_millis};
-use crate::{LockError, RetryPolicy};
+use crate::{LockError, LostReason, RetryPolicy};
 
 /// The default ttl of a lock: 30 seconds.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -172,7 +172,8 @@ where
     acquire_shared(Arc::new(backend.clone()), options).await
 }
 
-pub(crate) async fn acquire_shared(
+/// [`acquire`] on an already shared backend.
+pub async fn acquire_shared(
     backend: Arc<dyn LockBackend>,
     options: &LockOptions,
 ) -> Result<LockGuard, LockError> {
@@ -248,35 +249,35 @@ where
     E: From<LockError>,
 {
     let guard = acquire(backend, options).await?;
-    let result = run_guarded(&guard, options.on_lost, work(&guard)).await;
+    let result = run_guarded(&guard, options.on_lost, work(&guard))
+        .await
+        .unwrap_or_else(|reason| Err(LockError::LockLost { reason }.into()));
     release_logged(guard).await;
     result
 }
 
-/// Drives `work` while watching `guard` for loss, as `on_lost` says.
-pub(crate) async fn run_guarded<T, E>(
+/// Drives `work` while watching `guard` for loss, as `on_lost` says: with
+/// [`OnLost::Cancel`], a loss drops `work` and returns the reason.
+pub async fn run_guarded<R>(
     guard: &LockGuard,
     on_lost: OnLost,
-    work: impl Future<Output = Result<T, E>>,
-) -> Result<T, E>
-where
-    E: From<LockError>,
-{
+    work: impl Future<Output = R>,
+) -> Result<R, LostReason> {
     match on_lost {
-        OnLost::Notify => work.await,
+        OnLost::Notify => Ok(work.await),
         OnLost::Cancel => {
             tokio::select! {
                 // A result that is ready stands, even if the loss was noticed at the same time.
                 biased;
-                result = work => result,
-                reason = guard.lost() => Err(LockError::LockLost { reason }.into()),
+                result = work => Ok(result),
+                reason = guard.lost() => Err(reason),
             }
         }
     }
 }
 
 /// Releases `guard`, logging (not returning) failures.
-pub(crate) async fn release_logged(guard: LockGuard) {
+pub async fn release_logged(guard: LockGuard) {
     let fence = guard.fence();
     match guard.release().await {
         Ok(_) => {}

@@ -1,0 +1,227 @@
+//! Parsing and checking the arguments of `#[locked(...)]`.
+
+use std::time::Duration;
+
+use proc_macro2::Span;
+use syn::ext::IdentExt as _;
+use syn::parse::{Parse, ParseStream};
+use syn::{Expr, Ident, LitBool, LitInt, LitStr, Path, Token};
+
+/// The names `#[locked]` accepts, for error messages.
+const KNOWN: &str = "key, ttl, backend, wait, retries, retry_delay, backoff, jitter, heartbeat, max_hold, on_lost, guard, crate";
+
+/// A duration written as text, checked at compile time.
+pub(crate) struct DurationArg {
+    pub(crate) value: Duration,
+    pub(crate) span: Span,
+}
+
+/// `wait = "5s"` or `wait = false`.
+pub(crate) enum Wait {
+    For(DurationArg),
+    Once(Span),
+}
+
+/// An identifier argument restricted to a few choices (`on_lost = cancel`).
+pub(crate) struct Choice {
+    pub(crate) value: String,
+    pub(crate) span: Span,
+}
+
+#[derive(Default)]
+pub(crate) struct Args {
+    pub(crate) krate: Option<Path>,
+    pub(crate) key: Option<LitStr>,
+    pub(crate) ttl: Option<DurationArg>,
+    pub(crate) backend: Option<Expr>,
+    pub(crate) wait: Option<Wait>,
+    pub(crate) retries: Option<(u32, Span)>,
+    pub(crate) retry_delay: Option<DurationArg>,
+    pub(crate) backoff: Option<Choice>,
+    pub(crate) jitter: Option<Choice>,
+    pub(crate) heartbeat: Option<LitBool>,
+    pub(crate) max_hold: Option<DurationArg>,
+    pub(crate) on_lost: Option<Choice>,
+    pub(crate) guard: Option<Ident>,
+}
+
+impl Parse for Args {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        let mut args = Self::default();
+        while !input.is_empty() {
+            let name = Ident::parse_any(input)?;
+            input.parse::<Token![=]>()?;
+            let label = name.to_string();
+            match label.as_str() {
+                "key" => set(&mut args.key, &name, input.parse()?)?,
+                "ttl" => set(&mut args.ttl, &name, duration(input, "ttl")?)?,
+                "backend" => set(&mut args.backend, &name, input.parse()?)?,
+                "wait" => {
+                    let wait = if input.peek(LitBool) {
+                        let flag: LitBool = input.parse()?;
+                        if flag.value {
+                            return Err(syn::Error::new(
+                                flag.span(),
+                                "write how long to wait, e.g. `wait = \"5s\"`, or `wait = false` for a single attempt",
+                            ));
+                        }
+                        Wait::Once(flag.span())
+                    } else {
+                        Wait::For(duration(input, "wait")?)
+                    };
+                    set(&mut args.wait, &name, wait)?;
+                }
+                "retries" => {
+                    let count: LitInt = input.parse()?;
+                    let value = count.base10_parse::<u32>().map_err(|_| {
+                        syn::Error::new(
+                            count.span(),
+                            "`retries` must be a whole number from 0 to 4294967295",
+                        )
+                    })?;
+                    set(&mut args.retries, &name, (value, count.span()))?;
+                }
+                "retry_delay" => set(
+                    &mut args.retry_delay,
+                    &name,
+                    duration(input, "retry_delay")?,
+                )?,
+                "backoff" => set(
+                    &mut args.backoff,
+                    &name,
+                    choice(input, "backoff", &["exponential", "fixed"])?,
+                )?,
+                "jitter" => set(
+                    &mut args.jitter,
+                    &name,
+                    choice(input, "jitter", &["equal", "full", "none"])?,
+                )?,
+                "heartbeat" => set(&mut args.heartbeat, &name, input.parse()?)?,
+                "max_hold" => set(&mut args.max_hold, &name, duration(input, "max_hold")?)?,
+                "on_lost" => set(
+                    &mut args.on_lost,
+                    &name,
+                    choice(input, "on_lost", &["cancel", "notify"])?,
+                )?,
+                "guard" => set(&mut args.guard, &name, input.parse()?)?,
+                "crate" => set(&mut args.krate, &name, Path::parse_mod_style(input)?)?,
+                _ => {
+                    return Err(syn::Error::new(
+                        name.span(),
+                        format!("unknown argument `{label}`; `#[locked]` accepts: {KNOWN}"),
+                    ));
+                }
+            }
+            if input.is_empty() {
+                break;
+            }
+            input.parse::<Token![,]>()?;
+        }
+        Ok(args)
+    }
+}
+
+fn set<T>(slot: &mut Option<T>, name: &Ident, value: T) -> syn::Result<()> {
+    if slot.is_some() {
+        return Err(syn::Error::new(
+            name.span(),
+            format!("`{name}` is given twice; give it once"),
+        ));
+    }
+    *slot = Some(value);
+    Ok(())
+}
+
+fn duration(input: ParseStream<'_>, what: &str) -> syn::Result<DurationArg> {
+    let text: LitStr = input.parse().map_err(|e| {
+        syn::Error::new(
+            e.span(),
+            format!("`{what}` takes a duration as text, e.g. `{what} = \"30s\"`"),
+        )
+    })?;
+    let value = humantime::parse_duration(&text.value()).map_err(|error| {
+        syn::Error::new(
+            text.span(),
+            format!(
+                "`{what}`: invalid duration {:?} ({error}); write numbers with units, e.g. \"500ms\", \"30s\", \"5m\", \"1h 30m\"; units: ns, us, ms, s (sec), m (min), h (hr), d (day), w (week)",
+                text.value()
+            ),
+        )
+    })?;
+    Ok(DurationArg {
+        value,
+        span: text.span(),
+    })
+}
+
+fn choice(input: ParseStream<'_>, what: &str, choices: &[&str]) -> syn::Result<Choice> {
+    let ident = Ident::parse_any(input)?;
+    let value = ident.to_string();
+    if !choices.contains(&value.as_str()) {
+        return Err(syn::Error::new(
+            ident.span(),
+            format!(
+                "`{what} = {value}` is not known; choose one of: {}",
+                choices.join(", ")
+            ),
+        ));
+    }
+    Ok(Choice {
+        value,
+        span: ident.span(),
+    })
+}
+
+/// The longest ttl the runtime accepts (365 days), checked here so the error is at compile time.
+const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+impl Args {
+    /// Checks combinations that parse but make no sense.
+    pub(crate) fn check(&self) -> syn::Result<()> {
+        if let Some(ttl) = &self.ttl {
+            if ttl.value < Duration::from_millis(1) || ttl.value > MAX_TTL {
+                return Err(syn::Error::new(
+                    ttl.span,
+                    "`ttl` must be between 1ms and 365 days",
+                ));
+            }
+        }
+        if let Some(max_hold) = &self.max_hold {
+            if max_hold.value < Duration::from_millis(1) {
+                return Err(syn::Error::new(
+                    max_hold.span,
+                    "`max_hold` must be at least 1ms",
+                ));
+            }
+            if self.heartbeat.as_ref().is_some_and(|h| !h.value) {
+                return Err(syn::Error::new(
+                    max_hold.span,
+                    "`max_hold` caps the heartbeat; it has no effect with `heartbeat = false`",
+                ));
+            }
+        }
+        if let Some(Wait::For(wait)) = &self.wait {
+            if wait.value.is_zero() {
+                return Err(syn::Error::new(
+                    wait.span,
+                    "a zero wait is a single attempt: write `wait = false`",
+                ));
+            }
+        }
+        if let Some(Wait::Once(_)) = &self.wait {
+            let retry_settings = [
+                self.retries.as_ref().map(|(_, span)| ("retries", *span)),
+                self.retry_delay.as_ref().map(|d| ("retry_delay", d.span)),
+                self.backoff.as_ref().map(|c| ("backoff", c.span)),
+                self.jitter.as_ref().map(|c| ("jitter", c.span)),
+            ];
+            if let Some((name, span)) = retry_settings.into_iter().flatten().next() {
+                return Err(syn::Error::new(
+                    span,
+                    format!("`{name}` has no effect with `wait = false` (a single attempt)"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}

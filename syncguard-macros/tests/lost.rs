@@ -1,0 +1,52 @@
+//! A lost lock cancels the body (the default) or only notifies it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use syncguard::{LockBackend, LockError, LostReason, MemoryBackend, locked};
+
+static FINISHED: AtomicBool = AtomicBool::new(false);
+
+#[locked(key = "stolen", backend = backend, ttl = "600ms", guard = g)]
+async fn cancelled(backend: &MemoryBackend) -> Result<(), LockError> {
+    // Someone releases our lock behind our back (an operator, a bug elsewhere).
+    assert!(backend.release(g.lock_id()).await?.is_released());
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    FINISHED.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+#[locked(key = "stolen-notify", backend = backend, ttl = "600ms", on_lost = notify, guard = g)]
+async fn notified(backend: &MemoryBackend) -> Result<&'static str, LockError> {
+    assert!(backend.release(g.lock_id()).await?.is_released());
+    let reason = g.lost().await;
+    assert_eq!(reason, LostReason::NotHeld);
+    Ok("finished after the loss")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lock_cancels_the_body() {
+    let backend = MemoryBackend::new();
+    let error = tokio::time::timeout(Duration::from_secs(10), cancelled(&backend))
+        .await
+        .expect("the body must be cancelled, not run for 30 s")
+        .unwrap_err();
+    assert!(error.is_lock_lost(), "{error}");
+    assert!(matches!(
+        error,
+        LockError::LockLost {
+            reason: LostReason::NotHeld
+        }
+    ));
+    assert!(!FINISHED.load(Ordering::SeqCst));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notify_lets_the_body_finish() {
+    let backend = MemoryBackend::new();
+    let done = tokio::time::timeout(Duration::from_secs(10), notified(&backend))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(done, "finished after the loss");
+}

@@ -1,0 +1,8 @@
+use syncguard::{LockError, locked};
+
+#[locked(key = "job")]
+const fn constant() -> Result<(), LockError> {
+    Ok(())
+}
+
+fn main() {}

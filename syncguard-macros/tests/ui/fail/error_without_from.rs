@@ -1,0 +1,8 @@
+use syncguard::locked;
+
+#[locked(key = "job")]
+async fn stringly() -> Result<(), String> {
+    Ok(())
+}
+
+fn main() {}

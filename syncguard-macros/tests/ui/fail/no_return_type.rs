@@ -1,0 +1,6 @@
+use syncguard::locked;
+
+#[locked(key = "job")]
+async fn nothing() {}
+
+fn main() {}
