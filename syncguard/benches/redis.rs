@@ -1,2 +1,269 @@
-// Work in progress.
-fn main() {}
+//! Redis backend throughput: acquire+release cycles per second and cycle latency, at 1, 16 and
+//! 64 concurrent workers, on distinct keys and on one hot key, for each connection mode; and in
+//! the same run the raw ceiling of the server: pipelined EVALSHA of a trivial script at the
+//! same concurrency over one multiplexed connection (a cycle costs two scripts).
+//!
+//! ```text
+//! bash scripts/with-services.sh cargo bench -p syncguard --features redis --bench redis
+//! ```
+//!
+//! Reads the server from `SYNCGUARD_TEST_REDIS_URL`. `SYNCGUARD_BENCH_SECS` sets the measured
+//! time per row (default 3), `SYNCGUARD_BENCH_THREADS` the runtime's worker threads (default 1,
+//! a current-thread runtime), `SYNCGUARD_BENCH_ONLY` a comma-separated filter on row names such as
+//! `raw/64,multi/64/distinct,pool/16/hot`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use syncguard::redis::{ConnectionMode, RedisBackend};
+use syncguard::{AcquireOutcome, LockBackend, LockId};
+use tokio::time::Instant;
+
+const WORKERS: [usize; 3] = [1, 16, 64];
+const WARMUP: Duration = Duration::from_millis(500);
+
+#[derive(Clone, Copy, PartialEq)]
+enum Keys {
+    Distinct,
+    Hot,
+}
+
+struct Row {
+    what: String,
+    workers: usize,
+    keys: &'static str,
+    per_sec: f64,
+    contended_per_sec: f64,
+    p50_us: u32,
+    p99_us: u32,
+}
+
+fn percentile(sorted: &[u32], p: f64) -> u32 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[rank]
+}
+
+/// Runs `workers` loops of acquire+release for `secs`, after a warm-up.
+async fn cycles(
+    backend: &RedisBackend,
+    workers: usize,
+    keys: Keys,
+    measure: Duration,
+    label: &str,
+) -> Row {
+    let run = LockId::generate();
+    let start = Instant::now() + WARMUP;
+    let end = start + measure;
+    let tasks: Vec<_> = (0..workers)
+        .map(|worker| {
+            let backend = backend.clone();
+            let key = match keys {
+                Keys::Distinct => format!("bench:{run}:{worker}"),
+                Keys::Hot => format!("bench:{run}:hot"),
+            };
+            tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(1 << 16);
+                let mut contended = 0_u64;
+                loop {
+                    let began = Instant::now();
+                    if began >= end {
+                        break;
+                    }
+                    let outcome = backend
+                        .acquire(&key, Duration::from_secs(30))
+                        .await
+                        .expect("acquire");
+                    let AcquireOutcome::Acquired(lease) = outcome else {
+                        if began >= start {
+                            contended += 1;
+                        }
+                        tokio::task::yield_now().await;
+                        continue;
+                    };
+                    let released = backend.release(&lease.lock_id).await.expect("release");
+                    assert!(released.is_released());
+                    if began >= start {
+                        let micros = began.elapsed().as_micros();
+                        latencies.push(u32::try_from(micros).unwrap_or(u32::MAX));
+                    }
+                }
+                (latencies, contended)
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    let mut contended = 0;
+    for task in tasks {
+        let (latencies, hits) = task.await.expect("worker");
+        all.extend(latencies);
+        contended += hits;
+    }
+    all.sort_unstable();
+    let secs = measure.as_secs_f64();
+    Row {
+        what: label.to_owned(),
+        workers,
+        keys: match keys {
+            Keys::Distinct => "distinct",
+            Keys::Hot => "one hot key",
+        },
+        per_sec: all.len() as f64 / secs,
+        contended_per_sec: contended as f64 / secs,
+        p50_us: percentile(&all, 0.50),
+        p99_us: percentile(&all, 0.99),
+    }
+}
+
+/// `workers` loops of EVALSHA of `return 1` on one multiplexed connection.
+async fn raw_ceiling(url: &str, workers: usize, measure: Duration) -> Row {
+    let client = redis::Client::open(url).expect("url");
+    let manager = redis::aio::ConnectionManager::new(client)
+        .await
+        .expect("connect");
+    let script = Arc::new(redis::Script::new("return 1"));
+    {
+        let mut conn = manager.clone();
+        script.load_async(&mut conn).await.expect("load");
+    }
+    let start = Instant::now() + WARMUP;
+    let end = start + measure;
+    let tasks: Vec<_> = (0..workers)
+        .map(|_| {
+            let mut conn = manager.clone();
+            let script = Arc::clone(&script);
+            tokio::spawn(async move {
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(script.get_hash()).arg(0);
+                let mut latencies = Vec::with_capacity(1 << 17);
+                loop {
+                    let began = Instant::now();
+                    if began >= end {
+                        break;
+                    }
+                    let one: i64 = cmd.query_async(&mut conn).await.expect("evalsha");
+                    assert_eq!(one, 1);
+                    if began >= start {
+                        let micros = began.elapsed().as_micros();
+                        latencies.push(u32::try_from(micros).unwrap_or(u32::MAX));
+                    }
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.expect("worker"));
+    }
+    all.sort_unstable();
+    Row {
+        what: "raw EVALSHA `return 1` (ops/s)".to_owned(),
+        workers,
+        keys: "-",
+        per_sec: all.len() as f64 / measure.as_secs_f64(),
+        contended_per_sec: 0.0,
+        p50_us: percentile(&all, 0.50),
+        p99_us: percentile(&all, 0.99),
+    }
+}
+
+fn env_number(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+fn main() {
+    let url = std::env::var("SYNCGUARD_TEST_REDIS_URL").unwrap_or_else(|_| {
+        panic!(
+            "SYNCGUARD_TEST_REDIS_URL is not set: run `bash scripts/with-services.sh cargo bench \
+             -p syncguard --features redis --bench redis` (it installs and starts redis-server)"
+        )
+    });
+    let measure = Duration::from_secs(env_number("SYNCGUARD_BENCH_SECS").unwrap_or(3));
+    // One runtime thread by default: on a small machine the Redis server needs the other
+    // cores, and a single-threaded client avoids cross-thread wake-ups on every reply.
+    let threads = env_number("SYNCGUARD_BENCH_THREADS").map_or(1, |n| n.max(1) as usize);
+    let runtime = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+    }
+    .expect("runtime");
+
+    runtime.block_on(async {
+        let multiplexed = RedisBackend::connect(&url).await.expect("connect");
+        let pool = RedisBackend::builder(&url)
+            .mode(ConnectionMode::Pool { max_size: 64 })
+            .build()
+            .await
+            .expect("connect (pool)");
+        let only = std::env::var("SYNCGUARD_BENCH_ONLY").unwrap_or_default();
+        let wanted = |what: &str| only.is_empty() || only.split(',').any(|o| what.contains(o));
+        let mut rows = Vec::new();
+        for workers in WORKERS {
+            if wanted(&format!("raw/{workers}")) {
+                rows.push(raw_ceiling(&url, workers, measure).await);
+            }
+            for (short, label, backend) in [
+                ("multi", "multiplexed (ConnectionManager)", &multiplexed),
+                ("pool", "pool (deadpool-redis, 64)", &pool),
+            ] {
+                for keys in [Keys::Distinct, Keys::Hot] {
+                    let name = match keys {
+                        Keys::Distinct => "distinct",
+                        Keys::Hot => "hot",
+                    };
+                    if !wanted(&format!("{short}/{workers}/{name}")) {
+                        continue;
+                    }
+                    rows.push(cycles(backend, workers, keys, measure, label).await);
+                }
+            }
+        }
+
+        println!(
+            "\nRedis backend, {threads} runtime threads, {}s per row (cycle = acquire + release)\n",
+            measure.as_secs()
+        );
+        println!("| mode | workers | keys | cycles/s | p50 µs | p99 µs | contended acquires/s |");
+        println!("|---|---:|---|---:|---:|---:|---:|");
+        for row in &rows {
+            println!(
+                "| {} | {} | {} | {:.0} | {} | {} | {:.0} |",
+                row.what,
+                row.workers,
+                row.keys,
+                row.per_sec,
+                row.p50_us,
+                row.p99_us,
+                row.contended_per_sec
+            );
+        }
+        let ceiling = rows
+            .iter()
+            .find(|r| r.workers == 64 && r.keys == "-")
+            .map_or(0.0, |r| r.per_sec);
+        let best = rows
+            .iter()
+            .filter(|r| r.workers == 64 && r.keys == "distinct")
+            .map(|r| (r.what.clone(), r.per_sec))
+            .fold((String::new(), 0.0), |a, b| if b.1 > a.1 { b } else { a });
+        println!(
+            "\nAt 64 workers: best {:.0} cycles/s ({}); raw ceiling {:.0} EVALSHA/s, half of it \
+             {:.0}; ratio to half the ceiling {:.0} %; vs the reference's 32000 cycles/s: {:.2}x",
+            best.1,
+            best.0,
+            ceiling,
+            ceiling / 2.0,
+            100.0 * best.1 / (ceiling / 2.0),
+            best.1 / 32_000.0
+        );
+    });
+}

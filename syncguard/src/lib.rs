@@ -13,6 +13,8 @@ mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod private;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod retry;
 pub mod time;
 
@@ -33,6 +35,8 @@ pub use lock::{
 pub use lock_id::{LOCK_ID_LEN, LockId};
 #[cfg(feature = "memory")]
 pub use memory::MemoryBackend;
+#[cfg(feature = "redis")]
+pub use redis::RedisBackend;
 pub use retry::{Backoff, Jitter, RetryPolicy};
 
 #[cfg(feature = "macros")]

@@ -173,7 +173,9 @@ async fn connect_builds_a_working_backend_and_rejects_bad_urls() {
     let backend = PostgresBackend::connect(&url(), PostgresConfig::new())
         .await
         .unwrap();
-    setup_schema(backend.pool(), backend.config()).await.unwrap();
+    setup_schema(backend.pool(), backend.config())
+        .await
+        .unwrap();
     let key = conformance::unique_key("connect");
     let lease = backend
         .acquire(&key, Duration::from_secs(30))

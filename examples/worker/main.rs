@@ -1,0 +1,148 @@
+//! A job runner whose handler is `#[locked]`: several workers pull jobs from an
+//! at-least-once queue (every job is delivered twice), and the lock makes each job run once
+//! at a time across every worker, however many processes share the backend.
+//!
+//! ```sh
+//! cargo run --example worker                                  # in-memory default backend
+//! cargo run --example worker -- postgres://user@host/db       # PostgreSQL (creates its tables)
+//! cargo run --example worker -- redis://127.0.0.1:6379        # Redis
+//! ```
+//!
+//! Start it in two terminals against the same PostgreSQL or Redis to see two processes share
+//! the work.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use syncguard::{LockError, locked};
+use tokio::sync::mpsc;
+
+/// What a job left behind: the fence of the holder that wrote it, so a stale holder's
+/// late write would be refused.
+#[derive(Default)]
+struct Results {
+    written: HashMap<u64, (u64, String)>,
+}
+
+#[derive(Debug)]
+enum JobError {
+    Lock(LockError),
+    StaleFence { job: u64 },
+}
+
+impl From<LockError> for JobError {
+    fn from(error: LockError) -> Self {
+        Self::Lock(error)
+    }
+}
+
+/// Processes one job. `wait = false`: if another worker holds the job, skip this delivery.
+/// The 1 s ttl is shorter than some jobs; the heartbeat keeps the lock meanwhile.
+#[locked(key = "job:{id}", ttl = "1s", wait = false, guard = lock)]
+async fn handle(id: u64, worker: usize, results: &Mutex<Results>) -> Result<(), JobError> {
+    if results.lock().unwrap().written.contains_key(&id) {
+        println!("worker {worker}: job {id} already done, skipping");
+        return Ok(());
+    }
+    let work = Duration::from_millis(300 + (id % 4) * 400); // up to 1.5 s, past the ttl
+    tokio::time::sleep(work).await;
+
+    let fence = lock.fence();
+    let mut results = results.lock().unwrap();
+    // The resource checks the fence: a write from an older holder is refused.
+    if let Some((newest, _)) = results.written.get(&id) {
+        if *newest > fence.get() {
+            return Err(JobError::StaleFence { job: id });
+        }
+    }
+    results
+        .written
+        .insert(id, (fence.get(), format!("worker {worker}")));
+    println!(
+        "worker {worker}: job {id} done in {work:?} under fence {fence} (held {:?})",
+        lock.held_for()
+    );
+    Ok(())
+}
+
+async fn set_backend(url: Option<&str>) -> Result<&'static str, LockError> {
+    match url {
+        None => {
+            syncguard::set_default_backend(syncguard::MemoryBackend::new())?;
+            Ok("in-memory")
+        }
+        Some(url) if url.starts_with("postgres") => {
+            use syncguard::postgres::{PostgresBackend, PostgresConfig, setup_schema};
+            let backend = PostgresBackend::connect(url, PostgresConfig::new()).await?;
+            setup_schema(backend.pool(), backend.config()).await?;
+            syncguard::set_default_backend(backend)?;
+            Ok("PostgreSQL")
+        }
+        Some(url) if url.starts_with("redis") => {
+            let backend = syncguard::redis::RedisBackend::connect(url).await?;
+            syncguard::set_default_backend(backend)?;
+            Ok("Redis")
+        }
+        Some(other) => Err(LockError::invalid_argument(format!(
+            "unsupported URL {other:?}: give a postgres:// or redis:// URL, or nothing for in-memory"
+        ))),
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), LockError> {
+    let url = std::env::args().nth(1);
+    let name = set_backend(url.as_deref()).await?;
+    println!("backend: {name}");
+
+    let (queue, deliveries) = mpsc::channel::<u64>(64);
+    let deliveries = Arc::new(tokio::sync::Mutex::new(deliveries));
+    let results = Arc::new(Mutex::new(Results::default()));
+
+    let workers: Vec<_> = (1..=4)
+        .map(|worker| {
+            let (deliveries, results) = (Arc::clone(&deliveries), Arc::clone(&results));
+            tokio::spawn(async move {
+                loop {
+                    let Some(id) = deliveries.lock().await.recv().await else {
+                        return;
+                    };
+                    match handle(id, worker, &results).await {
+                        Ok(()) => {}
+                        Err(JobError::Lock(error)) if error.is_contended() => {
+                            println!("worker {worker}: job {id} is being run elsewhere, skipping");
+                        }
+                        Err(JobError::StaleFence { job }) => {
+                            println!(
+                                "worker {worker}: job {job} refused a write from a stale holder"
+                            );
+                        }
+                        Err(JobError::Lock(error)) => {
+                            println!("worker {worker}: job {id} failed: {error}");
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+
+    // At-least-once delivery: every job arrives twice.
+    for id in (1..=6).chain(1..=6) {
+        queue.send(id).await.expect("workers alive");
+    }
+    drop(queue);
+    for worker in workers {
+        worker.await.expect("worker panicked");
+    }
+
+    let results = results.lock().unwrap();
+    println!("\n{} jobs done:", results.written.len());
+    let mut ids: Vec<_> = results.written.keys().copied().collect();
+    ids.sort_unstable();
+    for id in ids {
+        let (fence, by) = &results.written[&id];
+        println!("  job {id}: by {by}, fence {fence:015}");
+    }
+    Ok(())
+}
