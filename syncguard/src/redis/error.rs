@@ -6,7 +6,7 @@ use redis::{ErrorKind, RedisError, ServerErrorKind};
 use crate::LockError;
 
 /// Maps a redis-rs error (seed 004): connection errors → `ServiceUnavailable`, NOAUTH /
-/// WRONGPASS / NOPERM → `AuthFailed`, WRONGTYPE and script errors on bad data →
+/// WRONGPASS / NOPERM → `AuthFailed`, WRONGTYPE, our scripts' BADDATA and script errors on bad data →
 /// `InvalidArgument`, timeouts → `NetworkTimeout`, anything else → `Internal`.
 pub(crate) fn map_redis_error(error: RedisError) -> LockError {
     let code = error.code().unwrap_or("");
@@ -50,7 +50,7 @@ pub(crate) fn map_redis_error(error: RedisError) -> LockError {
              is up and writable",
             code_or_category(&error)
         ))
-    } else if code == "WRONGTYPE"
+    } else if matches!(code, "WRONGTYPE" | "BADDATA")
         || (matches!(kind, ErrorKind::Server(_) | ErrorKind::Extension)
             && error
                 .detail()

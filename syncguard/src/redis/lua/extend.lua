@@ -10,23 +10,27 @@ if not current then
   redis.call('DEL', KEYS[1])
   return -1
 end
-local held = cjson.decode(current)
-if held.lockId ~= ARGV[1] then
+local held = tonumber(string.match(current, '"expiresAtMs":(%d+)'))
+if not held then
+  return redis.error_reply('BADDATA syncguard: the lock key holds data that is not SyncGuard lock JSON')
+end
+if not string.find(current, '"lockId":"' .. ARGV[1] .. '"', 1, true) then
   redis.call('DEL', KEYS[1])
   return 0
 end
 local clock = redis.call('TIME')
 local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
 local tolerance = tonumber(ARGV[2])
-if held.expiresAtMs <= now - tolerance then
+if held <= now - tolerance then
   -- Never revive an expired lock.
   redis.call('DEL', lockKey, KEYS[1])
   return -2
 end
 local ttl = tonumber(ARGV[3])
 local expires = now + ttl
-held.expiresAtMs = expires
+-- Only the expiry changes; every other byte of the lock data stays as written.
+local updated = string.gsub(current, '"expiresAtMs":%d+', '"expiresAtMs":' .. expires, 1)
 local px = ttl + tolerance
-redis.call('SET', lockKey, cjson.encode(held), 'PX', px)
+redis.call('SET', lockKey, updated, 'PX', px)
 redis.call('SET', KEYS[1], lockKey, 'PX', px)
 return {1, expires}

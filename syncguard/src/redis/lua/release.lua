@@ -10,8 +10,12 @@ if not current then
   redis.call('DEL', KEYS[1])
   return -1
 end
-local held = cjson.decode(current)
-if held.lockId ~= ARGV[1] then
+local expires = tonumber(string.match(current, '"expiresAtMs":(%d+)'))
+if not expires then
+  return redis.error_reply('BADDATA syncguard: the lock key holds data that is not SyncGuard lock JSON')
+end
+-- Explicit ownership check (a validated 22-character id, matched literally).
+if not string.find(current, '"lockId":"' .. ARGV[1] .. '"', 1, true) then
   -- A stale index of this lock id: it is ours to drop; the other owner's lock stays.
   redis.call('DEL', KEYS[1])
   return 0
@@ -19,7 +23,7 @@ end
 local clock = redis.call('TIME')
 local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
 redis.call('DEL', lockKey, KEYS[1])
-if held.expiresAtMs > now - tonumber(ARGV[2]) then
+if expires > now - tonumber(ARGV[2]) then
   return 1
 end
 return -2
