@@ -32,11 +32,32 @@ fn median(values: &mut [f64]) -> f64 {
     values[values.len() / 2]
 }
 
+/// `SYNCGUARD_BENCH_PATH=macro|guard SYNCGUARD_BENCH_CALLS=n` runs one path only, for counting
+/// instructions under `valgrind --tool=callgrind`, which is deterministic where wall-clock
+/// timings on a shared 2-core machine are not.
+async fn one_path(path: &str, calls: u64) {
+    let backend = MemoryBackend::new();
+    for n in 0..calls {
+        match path {
+            "macro" => with_macro(&backend, n % 4).await.unwrap(),
+            _ => with_guard(&backend, n % 4).await.unwrap(),
+        };
+    }
+}
+
 fn main() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
+    if let Ok(path) = std::env::var("SYNCGUARD_BENCH_PATH") {
+        let calls = std::env::var("SYNCGUARD_BENCH_CALLS")
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(10_000);
+        runtime.block_on(one_path(&path, calls));
+        return;
+    }
     runtime.block_on(async {
         let backend = MemoryBackend::new();
         // Warm up both paths.

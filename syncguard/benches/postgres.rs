@@ -1,6 +1,7 @@
 //! PostgreSQL backend benchmark: round trips per operation, then acquire+release cycles/s and
 //! latency at 1, 16 and 64 workers on distinct keys and one hot key, against a raw
-//! two-statement baseline (upsert ... RETURNING, then DELETE) in the same run.
+//! two-statement baseline (upsert ... RETURNING, then DELETE) and the reference implementation's
+//! own transactions (its acquire and release, statement by statement) in the same run.
 //!
 //! Needs a PostgreSQL server; `scripts/with-services.sh` starts one:
 //!
@@ -8,6 +9,8 @@
 //! bash scripts/with-services.sh cargo bench -p syncguard --features postgres --bench postgres
 //! ```
 
+#[path = "../tests/support/pg_reference.rs"]
+mod pg_reference;
 mod support;
 
 use std::time::Duration;
@@ -72,7 +75,7 @@ async fn main() {
     );
     print_header();
     for workers in [1, 16, 64] {
-        let pool = pool(&url, workers as u32 + 1).await;
+        let pool = pool(&url, 2 * workers as u32 + 1).await;
         let backend = PostgresBackend::new(pool.clone(), PostgresConfig::new()).unwrap();
         let run_id = LockId::generate();
         for hot in [false, true] {
@@ -81,11 +84,7 @@ async fn main() {
             let prefix = format!("bench:{run_id}:{hot}");
             let measured = run(workers, duration, move |worker, _| {
                 let backend = backend.clone();
-                let key = if hot {
-                    prefix.clone()
-                } else {
-                    format!("{prefix}:{worker}")
-                };
+                let key = worker_key(&prefix, hot, worker);
                 async move {
                     match backend.acquire(&key, TTL).await.expect("acquire") {
                         AcquireOutcome::Acquired(lease) => {
@@ -100,28 +99,68 @@ async fn main() {
             .await;
             print_row("syncguard acquire+release", workers, keys, &measured);
 
-            let raw_pool = pool.clone();
+            // Each raw worker keeps one connection for the whole run: no pool traffic at all,
+            // the best a hand-written two-statement cycle can do.
+            let mut held = Vec::with_capacity(workers);
+            for _ in 0..workers {
+                held.push(tokio::sync::Mutex::new(
+                    pool.acquire().await.expect("connection"),
+                ));
+            }
+            let held = std::sync::Arc::new(held);
+            let held_again = std::sync::Arc::clone(&held);
             let raw_prefix = format!("raw:{run_id}:{hot}");
             let measured = run(workers, duration, move |worker, _| {
-                let pool = raw_pool.clone();
-                let key = if hot {
-                    raw_prefix.clone()
-                } else {
-                    format!("{raw_prefix}:{worker}")
-                };
+                let held = std::sync::Arc::clone(&held);
+                let key = worker_key(&raw_prefix, hot, worker);
                 async move {
-                    raw_cycle(&pool, &key).await;
+                    let mut conn = held[worker].lock().await;
+                    raw_cycle(&mut conn, &key).await;
                     Cycle::Done
                 }
             })
             .await;
             print_row("raw upsert+delete baseline", workers, keys, &measured);
+
+            // The reference implementation's transactions, on the same held connections.
+            let ref_held = std::sync::Arc::clone(&held_again);
+            let ref_prefix = format!("ref:{run_id}:{hot}");
+            let measured = run(workers, duration, move |worker, _| {
+                let held = std::sync::Arc::clone(&ref_held);
+                let key = worker_key(&ref_prefix, hot, worker);
+                async move {
+                    let mut conn = held[worker].lock().await;
+                    match pg_reference::reference_acquire_with_id(&mut conn, &key, 30_000).await {
+                        Some((_, lock_id)) => {
+                            assert!(pg_reference::reference_release(&mut conn, &lock_id).await);
+                            Cycle::Done
+                        }
+                        None => Cycle::Contended,
+                    }
+                }
+            })
+            .await;
+            print_row(
+                "reference transactions (8 + 5 trips)",
+                workers,
+                keys,
+                &measured,
+            );
         }
         pool.close().await;
     }
 }
 
-async fn raw_cycle(pool: &PgPool, key: &str) {
+/// The key a worker locks: one shared key, or one per worker.
+fn worker_key(prefix: &str, hot: bool, worker: usize) -> String {
+    if hot {
+        prefix.to_owned()
+    } else {
+        format!("{prefix}:{worker}")
+    }
+}
+
+async fn raw_cycle(conn: &mut sqlx::PgConnection, key: &str) {
     let lock_id = LockId::generate();
     let _expires: i64 = sqlx::query_scalar(
         "INSERT INTO syncguard_bench_raw (key, lock_id, expires_at_ms) \
@@ -131,12 +170,12 @@ async fn raw_cycle(pool: &PgPool, key: &str) {
     )
     .bind(key)
     .bind(lock_id.as_str())
-    .fetch_one(pool)
+    .fetch_one(&mut *conn)
     .await
     .expect("raw upsert");
     sqlx::query("DELETE FROM syncguard_bench_raw WHERE key = $1")
         .bind(key)
-        .execute(pool)
+        .execute(&mut *conn)
         .await
         .expect("raw delete");
 }

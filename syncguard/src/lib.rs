@@ -1,4 +1,11 @@
-#![doc = include_str!("../../README.md")]
+// The README (with PostgreSQL and Redis examples) is the crate documentation when those
+// backends are compiled in, as on docs.rs; a narrower build gets a pointer to it.
+#![cfg_attr(all(feature = "postgres", feature = "redis", feature = "macros"), doc = include_str!("../../README.md"))]
+#![cfg_attr(
+    not(all(feature = "postgres", feature = "redis", feature = "macros")),
+    doc = "Distributed locks with fencing tokens and an automatic heartbeat. See the README, or \
+           build the documentation with `--all-features`."
+)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;

@@ -12,6 +12,10 @@ use syncguard::key::{make_fence_key, make_storage_key};
 use syncguard::postgres::{PostgresBackend, PostgresConfig, SCHEMA_SQL, setup_schema};
 use syncguard::{AcquireOutcome, ErrorCode, LockBackend, LockId, LockOptions, conformance};
 
+#[path = "support/pg_reference.rs"]
+mod pg_reference;
+use pg_reference::reference_acquire;
+
 fn url() -> String {
     std::env::var("SYNCGUARD_TEST_POSTGRES_URL").unwrap_or_else(|_| {
         panic!(
@@ -262,66 +266,6 @@ async fn rows_are_stored_exactly_as_the_reference_stores_them() {
         make_storage_key("", &"k".repeat(512), 1700, 0).unwrap(),
         "k".repeat(512)
     );
-}
-
-/// The reference implementation's acquire, statement by statement (its eight round trips in
-/// one transaction), as a TypeScript SyncGuard service would run it against the same tables.
-async fn reference_acquire(conn: &mut PgConnection, key: &str, ttl_ms: i64) -> Option<u64> {
-    let storage_key = make_storage_key("", key, 1700, 0).unwrap();
-    let fence_key = make_fence_key("", &storage_key, 1700, 0).unwrap();
-    let mut tx = conn.begin().await.unwrap();
-    let now: i64 = sqlx::query_scalar("SELECT floor(EXTRACT(EPOCH FROM NOW()) * 1000)::bigint")
-        .fetch_one(&mut *tx)
-        .await
-        .unwrap();
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-        .bind(&storage_key)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    let current: Option<i64> =
-        sqlx::query_scalar("SELECT expires_at_ms FROM syncguard_locks WHERE key = $1 FOR UPDATE")
-            .bind(&storage_key)
-            .fetch_optional(&mut *tx)
-            .await
-            .unwrap();
-    if current.is_some_and(|expires| expires > now - 1000) {
-        tx.rollback().await.unwrap();
-        return None;
-    }
-    sqlx::query(
-        "INSERT INTO syncguard_fence_counters (fence_key, fence, key_debug) VALUES ($1, 0, $2) \
-         ON CONFLICT (fence_key) DO NOTHING",
-    )
-    .bind(&fence_key)
-    .bind(key)
-    .execute(&mut *tx)
-    .await
-    .unwrap();
-    let fence: i64 = sqlx::query_scalar(
-        "UPDATE syncguard_fence_counters SET fence = fence + 1 WHERE fence_key = $1 RETURNING fence",
-    )
-    .bind(&fence_key)
-    .fetch_one(&mut *tx)
-    .await
-    .unwrap();
-    sqlx::query(
-        "INSERT INTO syncguard_locks (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key) \
-         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (key) DO UPDATE SET lock_id = EXCLUDED.lock_id, \
-         expires_at_ms = EXCLUDED.expires_at_ms, acquired_at_ms = EXCLUDED.acquired_at_ms, \
-         fence = EXCLUDED.fence, user_key = EXCLUDED.user_key",
-    )
-    .bind(&storage_key)
-    .bind(LockId::generate().as_str())
-    .bind(now + ttl_ms)
-    .bind(now)
-    .bind(format!("{fence:015}"))
-    .bind(key)
-    .execute(&mut *tx)
-    .await
-    .unwrap();
-    tx.commit().await.unwrap();
-    Some(fence as u64)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

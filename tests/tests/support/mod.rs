@@ -1,0 +1,165 @@
+//! Backend-independent `#[locked]` scenarios, run by each backend's test file, and the
+//! connections to the test services.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use syncguard::{LockBackend, LockError, LockId, LostReason, locked};
+
+pub fn service_url(variable: &str, install: &str) -> String {
+    std::env::var(variable).unwrap_or_else(|_| {
+        panic!(
+            "{variable} is not set: run `bash scripts/test-all.sh`, which installs {install} and \
+             starts it on a free port"
+        )
+    })
+}
+
+pub async fn postgres() -> syncguard::postgres::PostgresBackend {
+    use syncguard::postgres::{PostgresBackend, PostgresConfig, setup_schema};
+    let url = service_url(
+        "SYNCGUARD_TEST_POSTGRES_URL",
+        "PostgreSQL (apt-get install postgresql)",
+    );
+    let backend = PostgresBackend::connect(&url, PostgresConfig::new())
+        .await
+        .expect("connect to PostgreSQL");
+    setup_schema(backend.pool(), backend.config())
+        .await
+        .expect("setup_schema");
+    backend
+}
+
+pub async fn redis() -> syncguard::RedisBackend {
+    let url = service_url(
+        "SYNCGUARD_TEST_REDIS_URL",
+        "redis-server (apt-get install redis-server)",
+    );
+    syncguard::RedisBackend::connect(&url)
+        .await
+        .expect("connect to Redis")
+}
+
+/// A key no other test run uses.
+pub fn unique(label: &str) -> String {
+    format!("e2e:{label}:{}", LockId::generate())
+}
+
+/// Holds the lock for longer than its 500 ms ttl (the heartbeat keeps it) and records how
+/// many holders were inside at once.
+#[locked(key = "{key}", backend = backend, ttl = "500ms", wait = "30s", retry_delay = "20ms", guard = lock)]
+async fn hold<B: LockBackend + Clone + 'static>(
+    backend: &B,
+    key: &str,
+    inside: &AtomicUsize,
+    overlaps: &AtomicUsize,
+    hold_for: Duration,
+) -> Result<u64, LockError> {
+    if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+        overlaps.fetch_add(1, Ordering::SeqCst);
+    }
+    tokio::time::sleep(hold_for).await;
+    inside.fetch_sub(1, Ordering::SeqCst);
+    Ok(lock.fence().get())
+}
+
+/// Calls on one key run one at a time, each outliving the ttl, with increasing fences; calls
+/// on different keys overlap.
+pub async fn locked_calls_exclude_and_outlive_the_ttl<B: LockBackend + Clone + 'static>(
+    backend: B,
+) {
+    let key = unique("same");
+    let (inside, overlaps) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let calls: Vec<_> = (0..3)
+        .map(|_| {
+            let (backend, key) = (backend.clone(), key.clone());
+            let (inside, overlaps) = (Arc::clone(&inside), Arc::clone(&overlaps));
+            tokio::spawn(async move {
+                hold(
+                    &backend,
+                    &key,
+                    &inside,
+                    &overlaps,
+                    Duration::from_millis(1200),
+                )
+                .await
+            })
+        })
+        .collect();
+    let mut fences = Vec::new();
+    for call in calls {
+        fences.push(
+            call.await
+                .unwrap()
+                .expect("each call gets the lock in turn"),
+        );
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders at once");
+    fences.sort_unstable();
+    assert_eq!(fences, [1, 2, 3]);
+    assert!(
+        !backend.is_locked(&key).await.unwrap(),
+        "released at the end"
+    );
+
+    let (inside, overlaps) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let max_inside = Arc::new(AtomicUsize::new(0));
+    let calls: Vec<_> = (0..3)
+        .map(|i| {
+            let (backend, key) = (backend.clone(), unique(&format!("different{i}")));
+            let (inside, overlaps, max_inside) = (
+                Arc::clone(&inside),
+                Arc::clone(&overlaps),
+                Arc::clone(&max_inside),
+            );
+            tokio::spawn(async move {
+                let watch = async {
+                    loop {
+                        max_inside.fetch_max(inside.load(Ordering::SeqCst), Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                };
+                tokio::select! {
+                    result = hold(&backend, &key, &inside, &overlaps, Duration::from_millis(800)) => result,
+                    () = watch => unreachable!(),
+                }
+            })
+        })
+        .collect();
+    for call in calls {
+        call.await.unwrap().unwrap();
+    }
+    assert_eq!(
+        max_inside.load(Ordering::SeqCst),
+        3,
+        "different keys run together"
+    );
+}
+
+#[locked(key = "{key}", backend = backend, ttl = "600ms", guard = lock)]
+async fn stolen<B: LockBackend + Clone + 'static>(backend: &B, key: &str) -> Result<(), LockError> {
+    // Another client releases the lock behind this holder's back.
+    assert!(backend.release(lock.lock_id()).await?.is_released());
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    Ok(())
+}
+
+/// A lock lost mid-call cancels the body and surfaces as `LockLost`.
+pub async fn lost_lock_cancels_the_locked_body<B: LockBackend + Clone + 'static>(backend: B) {
+    let error = tokio::time::timeout(Duration::from_secs(20), stolen(&backend, &unique("stolen")))
+        .await
+        .expect("cancelled long before the body's 60 s")
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            LockError::LockLost {
+                reason: LostReason::NotHeld
+            }
+        ),
+        "{error}"
+    );
+}
