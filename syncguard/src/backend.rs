@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::key::hash_key;
+use crate::observe::LockObserver;
 use crate::{Fence, LockError, LockId};
 
 /// The future every [`LockBackend`] method returns: boxed, so that the trait stays usable as
@@ -80,6 +81,13 @@ pub trait LockBackend: Send + Sync {
 
     /// What this backend is and guarantees.
     fn capabilities(&self) -> Capabilities;
+
+    /// Instrumentation that wants the events of acquiring and holding locks through this
+    /// backend (waits, heartbeats, hold times, losses). `None` by default; the telemetry
+    /// decorators return theirs.
+    fn observer(&self) -> Option<Arc<dyn LockObserver>> {
+        None
+    }
 }
 
 macro_rules! forward_backend {
@@ -106,6 +114,9 @@ macro_rules! forward_backend {
             }
             fn capabilities(&self) -> Capabilities {
                 (**self).capabilities()
+            }
+            fn observer(&self) -> Option<Arc<dyn LockObserver>> {
+                (**self).observer()
             }
         }
     )*};

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::backend::{ExtendOutcome, Lease, LockBackend};
+use crate::observe::LockObserver;
 use crate::time::now_ms;
 use crate::{Fence, LockError, LockId, LostReason};
 
@@ -69,6 +70,7 @@ struct Shared {
     renewed: Notify,
     lost: CancellationToken,
     lost_reason: OnceLock<LostReason>,
+    observer: Option<Arc<dyn LockObserver>>,
 }
 
 #[derive(Clone, Copy)]
@@ -110,6 +112,22 @@ impl LeaseClock {
     }
 }
 
+/// When an acquire request was sent, on the monotonic and the wall clock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SentAt {
+    pub(crate) instant: Instant,
+    pub(crate) wall_ms: u64,
+}
+
+impl SentAt {
+    pub(crate) fn now() -> Self {
+        Self {
+            instant: Instant::now(),
+            wall_ms: now_ms(),
+        }
+    }
+}
+
 /// How a guard keeps and watches its lock.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct KeepPolicy {
@@ -126,11 +144,12 @@ impl LockGuard {
         key: String,
         ttl: Duration,
         lease: Lease,
-        sent_at: Instant,
-        sent_wall_ms: u64,
+        sent: SentAt,
         policy: KeepPolicy,
+        observer: Option<Arc<dyn LockObserver>>,
     ) -> Self {
-        let clock = LeaseClock::calibrate(sent_wall_ms, ttl, lease.expires_at_ms);
+        let clock = LeaseClock::calibrate(sent.wall_ms, ttl, lease.expires_at_ms);
+        let sent_at = sent.instant;
         let shared = Arc::new(Shared {
             key,
             lock_id: lease.lock_id,
@@ -145,6 +164,7 @@ impl LockGuard {
             renewed: Notify::new(),
             lost: CancellationToken::new(),
             lost_reason: OnceLock::new(),
+            observer,
         });
         let keeper = tokio::spawn(keep(Arc::clone(&shared), Arc::clone(&backend), policy));
         Self {
@@ -239,7 +259,11 @@ impl LockGuard {
         // Reached the backend: no second release on drop. (If this future is dropped before
         // here, the drop releases in the background instead.)
         self.release_on_drop = false;
-        Ok(outcome?.is_released())
+        let released = outcome?.is_released();
+        if released {
+            self.shared.report_released();
+        }
+        Ok(released)
     }
 }
 
@@ -258,10 +282,14 @@ impl Drop for LockGuard {
             return;
         };
         let backend = Arc::clone(&self.backend);
-        let lock_id = self.shared.lock_id.clone();
+        let shared = Arc::clone(&self.shared);
         runtime.spawn(async move {
-            if let Err(error) = backend.release(&lock_id).await {
-                tracing::warn!(%error, "background release of a dropped LockGuard failed; the lock will expire at the end of its ttl");
+            match backend.release(&shared.lock_id).await {
+                Ok(outcome) if outcome.is_released() => shared.report_released(),
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(%error, "background release of a dropped LockGuard failed; the lock will expire at the end of its ttl");
+                }
             }
         });
     }
@@ -301,7 +329,22 @@ impl Shared {
     fn mark_lost(&self, reason: LostReason) {
         if self.lost_reason.set(reason).is_ok() {
             tracing::warn!(fence = %self.fence, %reason, "syncguard lock lost");
+            if let Some(observer) = &self.observer {
+                observer.lost(&self.key, reason, self.acquired_at.elapsed());
+            }
             self.lost.cancel();
+        }
+    }
+
+    fn report_released(&self) {
+        if let Some(observer) = &self.observer {
+            observer.released(&self.key, self.acquired_at.elapsed());
+        }
+    }
+
+    fn report_heartbeat(&self, ok: bool) {
+        if let Some(observer) = &self.observer {
+            observer.heartbeat(&self.key, ok);
         }
     }
 }
@@ -392,13 +435,21 @@ async fn renew(
     }
     let sent_at = Instant::now();
     match timeout_at(deadline, backend.extend(&shared.lock_id, ttl)).await {
-        Err(_elapsed) => Renewal::DeadlinePassed,
+        Err(_elapsed) => {
+            shared.report_heartbeat(false);
+            Renewal::DeadlinePassed
+        }
         Ok(Ok(ExtendOutcome::Extended { expires_at_ms })) => {
             shared.renew(sent_at, ttl, expires_at_ms);
+            shared.report_heartbeat(true);
             Renewal::Renewed
         }
-        Ok(Ok(ExtendOutcome::NotHeld(_))) => Renewal::NotHeld,
+        Ok(Ok(ExtendOutcome::NotHeld(_))) => {
+            shared.report_heartbeat(false);
+            Renewal::NotHeld
+        }
         Ok(Err(error)) => {
+            shared.report_heartbeat(false);
             tracing::warn!(%error, fence = %shared.fence, "syncguard heartbeat extend failed; retrying while the lease lasts");
             Renewal::Failed
         }

@@ -17,12 +17,14 @@ mod lock;
 mod lock_id;
 #[cfg(feature = "memory")]
 mod memory;
+mod observe;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod private;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod retry;
+pub mod telemetry;
 pub mod time;
 
 #[cfg(feature = "conformance")]
@@ -42,6 +44,7 @@ pub use lock::{
 pub use lock_id::{LOCK_ID_LEN, LockId};
 #[cfg(feature = "memory")]
 pub use memory::MemoryBackend;
+pub use observe::LockObserver;
 #[cfg(feature = "redis")]
 pub use redis::RedisBackend;
 pub use retry::{Backoff, Jitter, RetryPolicy};

@@ -6,9 +6,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::{AcquireOutcome, LockBackend};
-use crate::guard::{KeepPolicy, LockGuard};
+use crate::guard::{KeepPolicy, LockGuard, SentAt};
 use crate::key::normalize_key;
-use crate::time::{now_ms, ttl_millis};
+use crate::time::ttl_millis;
 use crate::{LockError, LostReason, RetryPolicy};
 
 /// The default ttl of a lock: 30 seconds.
@@ -179,15 +179,28 @@ pub async fn acquire_shared(
 ) -> Result<LockGuard, LockError> {
     let key = normalize_key(&options.key)?.into_owned();
     ttl_millis(options.ttl)?;
+    let observer = backend.observer();
     let retry = &options.retry;
     let started = Instant::now();
     let mut delays = retry.delays();
     let mut attempts = 0_u32;
+    let gave_up = |error: LockError, attempts: u32| {
+        if let Some(observer) = &observer {
+            observer.gave_up(&key, &error, started.elapsed(), attempts);
+        }
+        error
+    };
     loop {
         attempts += 1;
-        let sent_at = Instant::now();
-        let sent_wall_ms = now_ms();
-        if let AcquireOutcome::Acquired(lease) = backend.acquire(&key, options.ttl).await? {
+        let sent = SentAt::now();
+        let outcome = match backend.acquire(&key, options.ttl).await {
+            Ok(outcome) => outcome,
+            Err(error) => return Err(gave_up(error, attempts)),
+        };
+        if let AcquireOutcome::Acquired(lease) = outcome {
+            if let Some(observer) = &observer {
+                observer.acquired(&key, &lease, started.elapsed(), attempts);
+            }
             let policy = KeepPolicy {
                 heartbeat: options.heartbeat,
                 max_hold: options.max_hold,
@@ -197,9 +210,9 @@ pub async fn acquire_shared(
                 key,
                 options.ttl,
                 lease,
-                sent_at,
-                sent_wall_ms,
+                sent,
                 policy,
+                observer,
             ));
         }
         let remaining = retry.timeout().saturating_sub(started.elapsed());
@@ -208,10 +221,11 @@ pub async fn acquire_shared(
                 tokio::time::sleep(delay.min(remaining)).await;
             }
             _ => {
-                return Err(LockError::AcquisitionTimeout {
+                let error = LockError::AcquisitionTimeout {
                     attempts,
                     elapsed: started.elapsed(),
-                });
+                };
+                return Err(gave_up(error, attempts));
             }
         }
     }
