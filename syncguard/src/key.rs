@@ -156,7 +156,14 @@ pub fn hash_key(value: &str) -> String {
         h3 = h3.wrapping_shl(11).wrapping_sub(h3).wrapping_add(c * 7);
     }
     // Reinterpreting as unsigned mirrors JavaScript's `>>> 0`.
-    format!("{:08x}{:08x}{:08x}", h1 as u32, h2 as u32, h3 as u32)
+    let mut out = String::with_capacity(24);
+    for part in [h1 as u32, h2 as u32, h3 as u32] {
+        for shift in (0..8).rev() {
+            let nibble = (part >> (shift * 4)) & 0xf;
+            out.push(char::from_digit(nibble, 16).unwrap_or('0'));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
