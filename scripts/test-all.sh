@@ -19,7 +19,7 @@ if [ "${1:-}" != "--tests" ]; then
   RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features --workspace
   log "each feature of syncguard on its own"
   cargo check -p syncguard --no-default-features
-  for feature in memory postgres redis conformance; do
+  for feature in memory macros postgres redis opentelemetry conformance; do
     cargo check -p syncguard --no-default-features --features "$feature"
   done
 fi
