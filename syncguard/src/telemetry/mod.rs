@@ -179,7 +179,10 @@ pub struct Call<'a> {
     pub(crate) result: EventResult,
     pub(crate) reason: Option<EventReason>,
     pub(crate) error: Option<&'a LockError>,
+    // Recorded by the OpenTelemetry instrument only.
+    #[cfg_attr(not(feature = "opentelemetry"), allow(dead_code))]
     pub(crate) fence: Option<Fence>,
+    #[cfg_attr(not(feature = "opentelemetry"), allow(dead_code))]
     pub(crate) elapsed: Duration,
 }
 
