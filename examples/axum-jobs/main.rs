@@ -1,0 +1,94 @@
+//! An axum service whose `POST /jobs` is idempotent across replicas: requests with the same
+//! `Idempotency-Key` run one at a time, the others are answered `423 Locked` with
+//! `Retry-After`, and the handler hands the lock's fence to the store it writes to.
+//!
+//! ```sh
+//! cargo run --example axum-jobs                              # in-memory backend
+//! cargo run --example axum-jobs -- postgres://user@host/db   # PostgreSQL (creates its tables)
+//! cargo run --example axum-jobs -- redis://127.0.0.1:6379    # Redis
+//! ```
+//!
+//! It serves on a loopback port, sends itself a few requests, prints what came back, and exits.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::routing::post;
+use http::Request;
+use http_body_util::BodyExt;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use syncguard::LockBackend;
+use syncguard_tower::{HeldLock, LockLayer, key};
+
+/// Creates the job. Runs under the lock of its Idempotency-Key, kept by the heartbeat for as
+/// long as it takes.
+async fn create_job(lock: HeldLock, body: String) -> String {
+    tokio::time::sleep(Duration::from_millis(700)).await; // the work
+    format!("created job {body:?} with fence {}", lock.fence())
+}
+
+async fn backend(url: Option<String>) -> Result<Arc<dyn LockBackend>, syncguard::LockError> {
+    Ok(match url {
+        None => Arc::new(syncguard::MemoryBackend::new()),
+        Some(url) if url.starts_with("postgres") => {
+            use syncguard::postgres::{PostgresBackend, PostgresConfig, setup_schema};
+            let backend = PostgresBackend::connect(&url, PostgresConfig::new()).await?;
+            setup_schema(backend.pool(), backend.config()).await?;
+            Arc::new(backend)
+        }
+        Some(url) => Arc::new(syncguard::RedisBackend::connect(&url).await?),
+    })
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let backend = backend(std::env::args().nth(1)).await?;
+    let app = Router::new().route("/jobs", post(create_job)).layer(
+        LockLayer::new(backend, key::header("idempotency-key"))
+            .with_ttl(Duration::from_secs(2))
+            .with_max_hold(Duration::from_secs(60)),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    println!("serving on {base}");
+
+    let client = Client::builder(TokioExecutor::new()).build_http::<Body>();
+    let send = |idempotency_key: &'static str, body: &'static str| {
+        let client = client.clone();
+        let request = Request::post(format!("{base}/jobs"))
+            .header("idempotency-key", idempotency_key)
+            .body(Body::from(body));
+        async move {
+            let response = client.request(request?).await?;
+            let status = response.status();
+            let retry_after = response
+                .headers()
+                .get("retry-after")
+                .map(|v| format!(" (Retry-After: {})", v.to_str().unwrap_or("?")));
+            let body = response.into_body().collect().await?.to_bytes();
+            println!(
+                "{idempotency_key}: {status}{} {}",
+                retry_after.unwrap_or_default(),
+                String::from_utf8_lossy(&body)
+            );
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+        }
+    };
+
+    println!("-- a client retries the same request twice while the first still runs:");
+    let (a, b, c) = tokio::join!(
+        send("order-17", "invoice 17"),
+        send("order-17", "invoice 17"),
+        send("order-18", "invoice 18"),
+    );
+    a?;
+    b?;
+    c?;
+    println!("-- once it is done, the key is free again (the fence grew):");
+    send("order-17", "invoice 17").await?;
+    Ok(())
+}

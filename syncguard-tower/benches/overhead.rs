@@ -1,0 +1,193 @@
+//! Requests/s through `LockLayer` against the same axum router without it, on `MemoryBackend`,
+//! over real HTTP/1.1 on loopback (server and client in this process).
+//!
+//! ```sh
+//! cargo bench -p syncguard-tower --bench overhead                 # the table
+//! # Instructions per request, deterministic (sequential requests on one connection):
+//! valgrind --tool=callgrind target/release/deps/overhead-* count plain 2000
+//! ```
+//!
+//! Every request carries a fresh `Idempotency-Key`, with or without the layer, so both
+//! routers see the same bytes; with the layer each one takes, holds and releases its lock.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::routing::post;
+use http::Request;
+use http_body_util::BodyExt;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use syncguard::MemoryBackend;
+use syncguard_tower::{LockLayer, key};
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Plain,
+    Locked,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Plain => "plain router",
+            Kind::Locked => "router + LockLayer",
+        }
+    }
+}
+
+fn app(kind: Kind) -> Router {
+    let router = Router::new().route("/jobs", post(|| async { "ok" }));
+    match kind {
+        Kind::Plain => router,
+        Kind::Locked => router.layer(LockLayer::new(
+            MemoryBackend::new(),
+            key::header("idempotency-key"),
+        )),
+    }
+}
+
+async fn serve(kind: Kind) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/jobs", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app(kind)).await.unwrap() });
+    base
+}
+
+async fn one(
+    client: &Client<hyper_util::client::legacy::connect::HttpConnector, Body>,
+    url: &str,
+    n: u64,
+) {
+    let request = Request::post(url)
+        .header("idempotency-key", format!("bench-{n}"))
+        .body(Body::empty())
+        .unwrap();
+    let response = client.request(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    response.into_body().collect().await.unwrap();
+}
+
+/// Requests/s with `connections` clients looping for `duration`.
+async fn throughput(kind: Kind, connections: usize, duration: Duration) -> f64 {
+    let url = Arc::new(serve(kind).await);
+    let client = Client::builder(TokioExecutor::new()).build_http::<Body>();
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let next = Arc::new(AtomicU64::new(0));
+    // Warm up the connections.
+    for i in 0..connections as u64 {
+        one(&client, &url, u64::MAX - i).await;
+    }
+    let started = Instant::now();
+    let workers: Vec<_> = (0..connections)
+        .map(|_| {
+            let (client, url, stop, done, next) = (
+                client.clone(),
+                Arc::clone(&url),
+                Arc::clone(&stop),
+                Arc::clone(&done),
+                Arc::clone(&next),
+            );
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    one(&client, &url, next.fetch_add(1, Ordering::Relaxed)).await;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(duration).await;
+    stop.store(true, Ordering::Relaxed);
+    let elapsed = started.elapsed();
+    for worker in workers {
+        worker.await.unwrap();
+    }
+    done.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64()
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    if args.first().map(String::as_str) == Some("count") {
+        // Sequential requests on one connection, on one thread: for callgrind.
+        let kind = if args.get(1).map(String::as_str) == Some("locked") {
+            Kind::Locked
+        } else {
+            Kind::Plain
+        };
+        let n: u64 = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(1000);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let url = serve(kind).await;
+            let client = Client::builder(TokioExecutor::new()).build_http::<Body>();
+            for i in 0..n {
+                one(&client, &url, i).await;
+            }
+        });
+        return;
+    }
+    let rounds: usize = std::env::var("ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(5);
+    let seconds: f64 = std::env::var("SECONDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(2.0);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    println!("| router | connections | rounds | median req/s | min | max |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for connections in [1, 16] {
+        let mut results = [Vec::new(), Vec::new()];
+        for round in 0..rounds {
+            // Alternate which goes first, so drifts in machine load hit both alike.
+            let order = if round % 2 == 0 {
+                [Kind::Plain, Kind::Locked]
+            } else {
+                [Kind::Locked, Kind::Plain]
+            };
+            for kind in order {
+                let rate = runtime.block_on(throughput(
+                    kind,
+                    connections,
+                    Duration::from_secs_f64(seconds),
+                ));
+                results[usize::from(kind == Kind::Locked)].push(rate);
+            }
+        }
+        let mut medians = [0.0; 2];
+        for (i, kind) in [Kind::Plain, Kind::Locked].into_iter().enumerate() {
+            let values = &mut results[i];
+            medians[i] = median(values);
+            println!(
+                "| {} | {connections} | {rounds} | {:.0} | {:.0} | {:.0} |",
+                kind.name(),
+                medians[i],
+                values[0],
+                values[values.len() - 1]
+            );
+        }
+        println!(
+            "| overhead | {connections} | | {:+.1} % | | |",
+            (medians[0] / medians[1] - 1.0) * 100.0
+        );
+    }
+}

@@ -1,0 +1,182 @@
+//! The response body: the inner service's, holding the lock until its end with
+//! [`ReleaseOn::BodyEnd`](crate::ReleaseOn::BodyEnd), or the layer's own rejection document.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+use syncguard::{LockError, LockGuard};
+use tokio_util::sync::WaitForCancellationFutureOwned;
+
+/// The error type of [`LockBody`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+type ReleaseFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+pin_project! {
+    /// The body of every response that passed through a [`LockService`](crate::LockService).
+    ///
+    /// Either the inner service's body, unchanged, or, with
+    /// [`ReleaseOn::BodyEnd`](crate::ReleaseOn::BodyEnd), that body holding the lock: it
+    /// releases the lock when the inner body reports its end (and awaits the release before
+    /// reporting the end itself), or in the background when it is dropped unfinished. While it
+    /// holds the lock under [`OnLost::Cancel`](syncguard::OnLost::Cancel), a lost lock ends
+    /// the body with [`LockError::LockLost`]. Or a rejection: a small JSON problem document
+    /// (HTTP) or nothing (gRPC, where the status travels in the headers).
+    pub struct LockBody<B> {
+        #[pin]
+        kind: Kind<B>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<B> {
+        Inner {
+            #[pin]
+            body: B,
+            hold: Option<Box<Hold>>,
+        },
+        Full {
+            data: Option<Bytes>,
+        },
+    }
+}
+
+/// The lock a streaming body holds.
+struct Hold {
+    guard: Option<LockGuard>,
+    lost: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
+    releasing: Option<ReleaseFuture>,
+}
+
+impl<B> LockBody<B> {
+    pub(crate) fn inner(body: B) -> Self {
+        Self {
+            kind: Kind::Inner { body, hold: None },
+        }
+    }
+
+    pub(crate) fn holding(body: B, guard: LockGuard, watch_lost: bool) -> Self {
+        let lost = watch_lost.then(|| Box::pin(guard.lost_token().cancelled_owned()));
+        Self {
+            kind: Kind::Inner {
+                body,
+                hold: Some(Box::new(Hold {
+                    guard: Some(guard),
+                    lost,
+                    releasing: None,
+                })),
+            },
+        }
+    }
+
+    pub(crate) fn full(data: Bytes) -> Self {
+        Self {
+            kind: Kind::Full {
+                data: (!data.is_empty()).then_some(data),
+            },
+        }
+    }
+}
+
+impl<B> Default for LockBody<B> {
+    /// An empty body.
+    fn default() -> Self {
+        Self::full(Bytes::new())
+    }
+}
+
+impl<B> fmt::Debug for LockBody<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match &self.kind {
+            Kind::Inner { hold: None, .. } => "inner",
+            Kind::Inner { hold: Some(_), .. } => "inner, holding the lock",
+            Kind::Full { .. } => "rejection",
+        };
+        f.debug_tuple("LockBody").field(&kind).finish()
+    }
+}
+
+/// Releases `guard` now, logging failures (the lock then expires at the end of its ttl).
+pub(crate) fn release(guard: LockGuard) -> ReleaseFuture {
+    Box::pin(async move {
+        let fence = guard.fence();
+        if let Err(error) = guard.release().await {
+            tracing::warn!(%error, %fence, "syncguard_tower: release failed; the lock will expire at the end of its ttl");
+        }
+    })
+}
+
+impl<B> Body for LockBody<B>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.project().kind.project() {
+            KindProj::Full { data } => Poll::Ready(data.take().map(|data| Ok(Frame::data(data)))),
+            KindProj::Inner { body, hold } => {
+                let Some(held) = hold.as_mut() else {
+                    return body.poll_frame(cx).map_err(Into::into);
+                };
+                if let Some(releasing) = held.releasing.as_mut() {
+                    ready!(releasing.as_mut().poll(cx));
+                    *hold = None;
+                    return Poll::Ready(None);
+                }
+                if let Some(lost) = held.lost.as_mut()
+                    && lost.as_mut().poll(cx).is_ready()
+                {
+                    let reason = crate::extension::lost_reason(held.guard.as_ref());
+                    *hold = None;
+                    return Poll::Ready(Some(Err(Box::new(LockError::LockLost { reason }))));
+                }
+                match ready!(body.poll_frame(cx)) {
+                    Some(Ok(frame)) => Poll::Ready(Some(Ok(frame))),
+                    Some(Err(error)) => {
+                        *hold = None; // releases in the background
+                        Poll::Ready(Some(Err(error.into())))
+                    }
+                    None => {
+                        let Some(guard) = held.guard.take() else {
+                            *hold = None;
+                            return Poll::Ready(None);
+                        };
+                        let releasing = held.releasing.insert(release(guard));
+                        ready!(releasing.as_mut().poll(cx));
+                        *hold = None;
+                        Poll::Ready(None)
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            // While holding, the end is reported only after the release.
+            Kind::Inner { body, hold } => hold.is_none() && body.is_end_stream(),
+            Kind::Full { data } => data.is_none(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Inner { body, .. } => body.size_hint(),
+            Kind::Full { data } => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! What a handler learns about the lock its request holds.
+
+use syncguard::{Fence, LockGuard, LockId, LostReason};
+use tokio_util::sync::CancellationToken;
+
+/// The lock a request holds, put in the request's extensions before the handler runs.
+///
+/// Read it with `request.extensions().get::<HeldLock>()`, with axum's
+/// `Extension<HeldLock>`, or (feature `axum`) as an extractor: `lock: HeldLock` fails the
+/// request with 500 when the route is not behind a `LockLayer` or its key function returned
+/// `None`; `lock: Option<HeldLock>` accepts both.
+///
+/// Pass [`fence`](Self::fence) to whatever the handler writes to, so a store can refuse a
+/// writer whose lock was taken over.
+///
+/// ```
+/// use axum::{Router, routing::post};
+/// use syncguard::MemoryBackend;
+/// use syncguard_tower::{HeldLock, LockLayer, key};
+///
+/// async fn run_job(lock: HeldLock) -> String {
+///     format!("ran with fence {}", lock.fence())
+/// }
+///
+/// let app: Router = Router::new()
+///     .route("/jobs", post(run_job))
+///     .layer(LockLayer::new(MemoryBackend::new(), key::header("idempotency-key")));
+/// ```
+#[derive(Debug, Clone)]
+pub struct HeldLock {
+    key: String,
+    fence: Fence,
+    lock_id: LockId,
+    lost: CancellationToken,
+}
+
+impl HeldLock {
+    pub(crate) fn new(guard: &LockGuard) -> Self {
+        Self {
+            key: guard.key().to_owned(),
+            fence: guard.fence(),
+            lock_id: guard.lock_id().clone(),
+            lost: guard.lost_token(),
+        }
+    }
+
+    /// The (NFC-normalized) key of the lock.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The fencing token of this acquisition; it only grows from one holder to the next.
+    pub fn fence(&self) -> Fence {
+        self.fence
+    }
+
+    /// The lock id of this acquisition.
+    pub fn lock_id(&self) -> &LockId {
+        &self.lock_id
+    }
+
+    /// Whether the lock has been lost. With [`OnLost::Cancel`](syncguard::OnLost::Cancel) (the
+    /// default) the handler is dropped when that happens; with `OnLost::Notify` it runs on and
+    /// should check this before side effects.
+    pub fn is_lost(&self) -> bool {
+        self.lost.is_cancelled()
+    }
+
+    /// Completes when the lock is lost; never while it is held.
+    pub async fn lost(&self) {
+        self.lost.cancelled().await;
+    }
+
+    /// A token cancelled when the lock is lost (not when it is released).
+    pub fn lost_token(&self) -> CancellationToken {
+        self.lost.clone()
+    }
+}
+
+/// Why a lock was lost, as the layer reports it in logs.
+pub(crate) fn lost_reason(guard: Option<&LockGuard>) -> LostReason {
+    guard
+        .and_then(LockGuard::lost_reason)
+        .unwrap_or(LostReason::NotHeld)
+}
+
+#[cfg(feature = "axum")]
+mod extract {
+    use axum::extract::{FromRequestParts, OptionalFromRequestParts};
+    use axum::response::{IntoResponse, Response};
+    use http::StatusCode;
+    use http::request::Parts;
+
+    use super::HeldLock;
+
+    /// The rejection of the [`HeldLock`] extractor: the request holds no lock.
+    ///
+    /// Answers `500 Internal Server Error`: the route is not behind a `LockLayer`, or the key
+    /// function returned `None` for this request. Extract `Option<HeldLock>` where both are
+    /// expected.
+    #[derive(Debug, Clone, Copy, Default)]
+    #[non_exhaustive]
+    pub struct MissingLock;
+
+    impl std::fmt::Display for MissingLock {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(
+                "this request holds no syncguard lock: put the route behind a LockLayer, or \
+                 extract Option<HeldLock> if its key function may return None",
+            )
+        }
+    }
+
+    impl std::error::Error for MissingLock {}
+
+    impl IntoResponse for MissingLock {
+        fn into_response(self) -> Response {
+            (StatusCode::INTERNAL_SERVER_ERROR, self.to_string()).into_response()
+        }
+    }
+
+    impl<S: Send + Sync> FromRequestParts<S> for HeldLock {
+        type Rejection = MissingLock;
+
+        async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, MissingLock> {
+            parts
+                .extensions
+                .get::<HeldLock>()
+                .cloned()
+                .ok_or(MissingLock)
+        }
+    }
+
+    impl<S: Send + Sync> OptionalFromRequestParts<S> for HeldLock {
+        type Rejection = std::convert::Infallible;
+
+        async fn from_request_parts(
+            parts: &mut Parts,
+            _state: &S,
+        ) -> Result<Option<Self>, Self::Rejection> {
+            Ok(parts.extensions.get::<HeldLock>().cloned())
+        }
+    }
+}
+
+#[cfg(feature = "axum")]
+pub use extract::MissingLock;

@@ -1,0 +1,206 @@
+//! The response future: acquire, run the inner service under the lock, release.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use http::{Request, Response};
+use pin_project_lite::pin_project;
+use syncguard::{LockGuard, OnLost};
+use tokio_util::sync::WaitForCancellationFutureOwned;
+use tower::Service;
+
+use crate::body::{LockBody, release};
+use crate::extension::{HeldLock, lost_reason};
+use crate::layer::{Config, ReleaseOn};
+use crate::response::Rejection;
+
+pub(crate) type AcquireFuture =
+    Pin<Box<dyn Future<Output = Result<LockGuard, Rejection>> + Send + 'static>>;
+type ReleaseFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+pin_project! {
+    /// The response future of [`LockService`](crate::LockService).
+    ///
+    /// A small state machine that owns the request's [`LockGuard`] for as long as the request
+    /// runs: it acquires the lock, calls the inner service with the lock's
+    /// [`HeldLock`] in the request's extensions, races the inner future against the loss of
+    /// the lock, then releases the lock (or hands it to the body, with
+    /// [`ReleaseOn::BodyEnd`]). Dropping it at any point releases the lock in the background.
+    pub struct ResponseFuture<S, ReqBody, ResBody>
+    where
+        S: Service<Request<ReqBody>>,
+    {
+        #[pin]
+        state: State<S, S::Future, ReqBody, Result<Response<LockBody<ResBody>>, S::Error>>,
+        config: Arc<Config>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S, F, ReqBody, Out> {
+        // Waiting for the lock; the inner service (already ready) and the request wait too.
+        Acquiring {
+            acquire: AcquireFuture,
+            pending: Option<(S, Request<ReqBody>)>,
+        },
+        // The inner service runs; `guard` is `None` for a request without a key.
+        Running {
+            #[pin]
+            inner: F,
+            guard: Option<LockGuard>,
+            #[pin]
+            lost: LostWatch,
+        },
+        // The inner service answered; the release is on its way to the backend.
+        Releasing {
+            release: ReleaseFuture,
+            output: Option<Out>,
+        },
+        Done,
+    }
+}
+
+pin_project! {
+    #[project = LostWatchProj]
+    enum LostWatch {
+        On { #[pin] lost: WaitForCancellationFutureOwned },
+        Off,
+    }
+}
+
+impl<S, ReqBody, ResBody> ResponseFuture<S, ReqBody, ResBody>
+where
+    S: Service<Request<ReqBody>>,
+{
+    pub(crate) fn unlocked(inner: S::Future, config: Arc<Config>) -> Self {
+        Self {
+            state: State::Running {
+                inner,
+                guard: None,
+                lost: LostWatch::Off,
+            },
+            config,
+        }
+    }
+
+    pub(crate) fn acquiring(
+        acquire: AcquireFuture,
+        service: S,
+        request: Request<ReqBody>,
+        config: Arc<Config>,
+    ) -> Self {
+        Self {
+            state: State::Acquiring {
+                acquire,
+                pending: Some((service, request)),
+            },
+            config,
+        }
+    }
+}
+
+impl<S, ReqBody, ResBody> Future for ResponseFuture<S, ReqBody, ResBody>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+{
+    type Output = Result<Response<LockBody<ResBody>>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Acquiring { acquire, pending } => {
+                    let acquired = ready!(acquire.as_mut().poll(cx));
+                    let (mut service, mut request) = pending
+                        .take()
+                        .expect("ResponseFuture polled after completion");
+                    match acquired {
+                        Ok(guard) => {
+                            request.extensions_mut().insert(HeldLock::new(&guard));
+                            let lost = match this.config.on_lost {
+                                OnLost::Notify => LostWatch::Off,
+                                _ => LostWatch::On {
+                                    lost: guard.lost_token().cancelled_owned(),
+                                },
+                            };
+                            let inner = service.call(request);
+                            this.state.set(State::Running {
+                                inner,
+                                guard: Some(guard),
+                                lost,
+                            });
+                        }
+                        Err(rejection) => {
+                            this.state.set(State::Done);
+                            return Poll::Ready(Ok(rejection.into_response(this.config)));
+                        }
+                    }
+                }
+                StateProj::Running { inner, guard, lost } => {
+                    // A response that is ready stands, even if the loss is noticed at once.
+                    if let Poll::Ready(result) = inner.poll(cx) {
+                        let Some(guard) = guard.take() else {
+                            this.state.set(State::Done);
+                            return Poll::Ready(result.map(|r| r.map(LockBody::inner)));
+                        };
+                        match (this.config.release, result) {
+                            (ReleaseOn::BodyEnd, Ok(response)) => {
+                                let watch = !matches!(this.config.on_lost, OnLost::Notify);
+                                this.state.set(State::Done);
+                                return Poll::Ready(Ok(
+                                    response.map(|body| LockBody::holding(body, guard, watch))
+                                ));
+                            }
+                            (_, result) => {
+                                this.state.set(State::Releasing {
+                                    release: release(guard),
+                                    output: Some(result.map(|r| r.map(LockBody::inner))),
+                                });
+                                continue;
+                            }
+                        }
+                    }
+                    if let LostWatchProj::On { lost } = lost.project() {
+                        ready!(lost.poll(cx));
+                        let reason = lost_reason(guard.as_ref());
+                        tracing::warn!(%reason, "syncguard_tower: lock lost while the handler ran; cancelling it");
+                        this.state.set(State::Done); // drops the handler and the guard
+                        return Poll::Ready(Ok(Rejection::Lost(reason).into_response(this.config)));
+                    }
+                    return Poll::Pending;
+                }
+                StateProj::Releasing { release, output } => {
+                    ready!(release.as_mut().poll(cx));
+                    let output = output
+                        .take()
+                        .expect("ResponseFuture polled after completion");
+                    this.state.set(State::Done);
+                    return Poll::Ready(output);
+                }
+                StateProj::Done => panic!("ResponseFuture polled after completion"),
+            }
+        }
+    }
+}
+
+impl<S, ReqBody, ResBody> fmt::Debug for ResponseFuture<S, ReqBody, ResBody>
+where
+    S: Service<Request<ReqBody>>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.state {
+            State::Acquiring { .. } => "acquiring",
+            State::Running { guard: None, .. } => "running unlocked",
+            State::Running { guard: Some(_), .. } => "running",
+            State::Releasing { .. } => "releasing",
+            State::Done => "done",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .finish_non_exhaustive()
+    }
+}

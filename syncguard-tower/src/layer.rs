@@ -1,0 +1,349 @@
+//! The layer: which backend, how requests are keyed, and the lock options.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::StatusCode;
+use syncguard::{LockBackend, OnLost, RetryPolicy};
+use tower::Layer;
+
+use crate::service::LockService;
+
+/// When the layer releases a request's lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum ReleaseOn {
+    /// When the inner service's response future completes, that is once the handler has
+    /// returned the response head (status and headers). The default.
+    ///
+    /// The lock is released (and the release awaited) before the response is handed on, so a
+    /// client that sends the next request with the same key after reading the response finds
+    /// the lock free. **A streaming body is sent after the release, unlocked**: if producing
+    /// the body is part of the critical section (a body that streams the output of the work),
+    /// use [`BodyEnd`](Self::BodyEnd).
+    #[default]
+    ResponseFuture,
+    /// When the response body has been sent in full (it reported its end), or when it is
+    /// dropped unfinished (the client went away). The lock, its heartbeat and loss detection
+    /// cover the whole stream: with [`OnLost::Cancel`] a loss while streaming ends the body
+    /// with an error, which aborts the response (HTTP/1 closes the connection, HTTP/2 resets
+    /// the stream), because the status has already been sent.
+    BodyEnd,
+}
+
+/// Settings shared by every service of one layer.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) ttl: Duration,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) heartbeat: bool,
+    pub(crate) max_hold: Option<Duration>,
+    pub(crate) release: ReleaseOn,
+    pub(crate) on_lost: OnLost,
+    /// The HTTP status for a contended key.
+    pub(crate) contended_status: StatusCode,
+    /// `Some` on a gRPC layer: the status code for a contended key.
+    #[cfg(feature = "grpc")]
+    pub(crate) grpc_contended: Option<tonic::Code>,
+}
+
+/// A [`tower::Layer`] that runs each request under the distributed lock its key names, so
+/// that requests sharing a key run one at a time across every process sharing the backend.
+///
+/// Requests whose [key function](crate::MakeKey) returns `None` pass through unlocked.
+/// For the others, the layer acquires the lock before calling the inner service (the handler
+/// never runs without it), puts a [`HeldLock`](crate::HeldLock) in the request's extensions,
+/// keeps the lock alive with a heartbeat, and releases it at the end ([`ReleaseOn`]).
+///
+/// # Default
+/// | setting | default |
+/// |---|---|
+/// | [`ttl`](Self::with_ttl) | 30 s |
+/// | [`wait`](Self::with_wait) | none: a held key is answered at once |
+/// | [`heartbeat`](Self::with_heartbeat) | on: extends every third of the ttl while the request runs |
+/// | [`max_hold`](Self::with_max_hold) | none |
+/// | [`release`](Self::with_release) | [`ReleaseOn::ResponseFuture`] |
+/// | [`on_lost`](Self::with_on_lost) | [`OnLost::Cancel`]: the handler is dropped and 503 / `UNAVAILABLE` answered |
+/// | contention | `423 Locked` ([`with_contended_status`](Self::with_contended_status)); gRPC `ABORTED` |
+///
+/// # Answers
+/// | situation | HTTP ([`new`](Self::new)) | gRPC ([`for_grpc`](Self::for_grpc)) |
+/// |---|---|---|
+/// | the key is held elsewhere (after waiting, if configured) | 423 (or 409), `Retry-After`, `application/problem+json` | `ABORTED`, `grpc-retry-pushback-ms` |
+/// | the backend failed (unreachable, timeout, auth) | 503, `Retry-After: 1` | `UNAVAILABLE` |
+/// | the key is invalid (empty, over 512 bytes) | 400 | `INVALID_ARGUMENT` |
+/// | the lock was lost before the response (with `OnLost::Cancel`) | 503 | `UNAVAILABLE` |
+///
+/// `Retry-After` is the number of seconds until the holder's lease runs out, plus the 1 s
+/// liveness tolerance, at least 1 and at most this layer's ttl plus 1 s (the holder's
+/// heartbeat may extend it again: it is a hint, not a promise).
+///
+/// ```
+/// use std::time::Duration;
+/// use axum::{Router, routing::post};
+/// use syncguard::MemoryBackend;
+/// use syncguard_tower::{HeldLock, LockLayer, ReleaseOn, key};
+///
+/// let locks = LockLayer::new(MemoryBackend::new(), key::header("idempotency-key"))
+///     .with_ttl(Duration::from_secs(10))
+///     .with_wait(Duration::from_secs(2))
+///     .with_max_hold(Duration::from_secs(300))
+///     .with_release(ReleaseOn::BodyEnd);
+/// let app: Router = Router::new()
+///     .route("/jobs", post(|lock: HeldLock| async move { format!("fence {}", lock.fence()) }))
+///     .layer(locks);
+/// ```
+#[must_use]
+pub struct LockLayer<K> {
+    backend: Arc<dyn LockBackend>,
+    make_key: K,
+    config: Arc<Config>,
+}
+
+impl<K: Clone> Clone for LockLayer<K> {
+    fn clone(&self) -> Self {
+        Self {
+            backend: Arc::clone(&self.backend),
+            make_key: self.make_key.clone(),
+            config: Arc::clone(&self.config),
+        }
+    }
+}
+
+impl<K> fmt::Debug for LockLayer<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockLayer")
+            .field("backend", &self.backend.capabilities().backend)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> LockLayer<K> {
+    /// A layer for HTTP services (axum, hyper, tower-http stacks) that locks each request on
+    /// the key `make_key` gives, in `backend`.
+    ///
+    /// `make_key` is a built-in from [`key`](crate::key) or a closure
+    /// `Fn(&http::Request<B>) -> Option<String>` (annotate the argument's type, for example
+    /// `|request: &axum::extract::Request| ...`).
+    ///
+    /// ```
+    /// use syncguard::MemoryBackend;
+    /// use syncguard_tower::{LockLayer, key};
+    ///
+    /// let layer = LockLayer::new(MemoryBackend::new(), key::method_and_path());
+    /// # let _ = layer;
+    /// ```
+    pub fn new<B: LockBackend + 'static>(backend: B, make_key: K) -> Self {
+        Self::build(Arc::new(backend), make_key)
+    }
+
+    /// A layer for gRPC services (tonic), which answers with gRPC statuses: `ABORTED` when the
+    /// key is held elsewhere, `UNAVAILABLE` when the backend failed or the lock was lost,
+    /// `INVALID_ARGUMENT` for an invalid key. Add it with `tonic::transport::Server::layer`.
+    ///
+    /// ```
+    /// use syncguard::MemoryBackend;
+    /// use syncguard_tower::{LockLayer, key};
+    ///
+    /// // Calls of one method for one job id (sent as metadata) run one at a time.
+    /// let layer = LockLayer::for_grpc(MemoryBackend::new(), key::path_and_header("x-job-id"));
+    /// # let _ = layer;
+    /// ```
+    #[cfg(feature = "grpc")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+    pub fn for_grpc<B: LockBackend + 'static>(backend: B, make_key: K) -> Self {
+        let mut layer = Self::build(Arc::new(backend), make_key);
+        layer.config().grpc_contended = Some(tonic::Code::Aborted);
+        layer
+    }
+
+    fn build(backend: Arc<dyn LockBackend>, make_key: K) -> Self {
+        Self {
+            backend,
+            make_key,
+            config: Arc::new(Config {
+                ttl: syncguard::DEFAULT_TTL,
+                retry: RetryPolicy::single_attempt(),
+                heartbeat: true,
+                max_hold: None,
+                release: ReleaseOn::default(),
+                on_lost: OnLost::Cancel,
+                contended_status: StatusCode::LOCKED,
+                #[cfg(feature = "grpc")]
+                grpc_contended: None,
+            }),
+        }
+    }
+
+    fn config(&mut self) -> &mut Config {
+        Arc::make_mut(&mut self.config)
+    }
+
+    /// How long a lock lives without an extend: how quickly the key frees up when the replica
+    /// holding it crashes. With the heartbeat on it does not limit the handler's run time.
+    ///
+    /// # Panics
+    /// If `ttl` is under 1 ms or over 365 days.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use syncguard_tower::{LockLayer, key};
+    /// let layer = LockLayer::new(syncguard::MemoryBackend::new(), key::method_and_path())
+    ///     .with_ttl(Duration::from_secs(5));
+    /// # let _ = layer;
+    /// ```
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        if let Err(error) = syncguard::time::ttl_millis(ttl) {
+            panic!("LockLayer::with_ttl: {error}");
+        }
+        self.config().ttl = ttl;
+        self
+    }
+
+    /// Waits up to `wait` for a held key to free up (retrying with syncguard's default
+    /// exponential backoff and jitter) before answering "locked". `Duration::ZERO` is the
+    /// default: one attempt, no wait.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use syncguard_tower::{LockLayer, key};
+    /// let layer = LockLayer::new(syncguard::MemoryBackend::new(), key::method_and_path())
+    ///     .with_wait(Duration::from_secs(3));
+    /// # let _ = layer;
+    /// ```
+    pub fn with_wait(self, wait: Duration) -> Self {
+        let retry = if wait.is_zero() {
+            RetryPolicy::single_attempt()
+        } else {
+            RetryPolicy::new()
+                .with_max_retries(u32::MAX)
+                .with_timeout(wait)
+        };
+        self.with_retry(retry)
+    }
+
+    /// Waits as `retry` says (retries, delays, backoff, jitter, timeout) for a held key.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use syncguard_tower::{LockLayer, key};
+    /// use syncguard::RetryPolicy;
+    /// let layer = LockLayer::new(syncguard::MemoryBackend::new(), key::method_and_path())
+    ///     .with_retry(RetryPolicy::new().with_base_delay(Duration::from_millis(20)));
+    /// # let _ = layer;
+    /// ```
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.config().retry = retry;
+        self
+    }
+
+    /// Whether to extend the lock while the request runs (default on). Without it, a request
+    /// that outlives the ttl loses its lock.
+    ///
+    /// ```
+    /// # use syncguard_tower::{LockLayer, key};
+    /// let layer = LockLayer::new(syncguard::MemoryBackend::new(), key::method_and_path())
+    ///     .with_heartbeat(false);
+    /// # let _ = layer;
+    /// ```
+    pub fn with_heartbeat(mut self, heartbeat: bool) -> Self {
+        self.config().heartbeat = heartbeat;
+        self
+    }
+
+    /// Stops extending once a request has held its lock this long; the lock then runs out and
+    /// counts as lost (see [`with_on_lost`](Self::with_on_lost)). A guard against handlers
+    /// that hang.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use syncguard_tower::{LockLayer, key};
+    /// let layer = LockLayer::new(syncguard::MemoryBackend::new(), key::method_and_path())
+    ///     .with_max_hold(Duration::from_secs(60));
+    /// # let _ = layer;
+    /// ```
+    pub fn with_max_hold(mut self, max_hold: Duration) -> Self {
+        self.config().max_hold = Some(max_hold);
+        self
+    }
+
+    /// When to release the lock: see [`ReleaseOn`].
+    ///
+    /// ```
+    /// # use syncguard_tower::{LockLayer, ReleaseOn, key};
+    /// let layer = LockLayer::new(syncguard::MemoryBackend::new(), key::method_and_path())
+    ///     .with_release(ReleaseOn::BodyEnd);
+    /// # let _ = layer;
+    /// ```
+    pub fn with_release(mut self, release: ReleaseOn) -> Self {
+        self.config().release = release;
+        self
+    }
+
+    /// What a lost lock does to the request: [`OnLost::Cancel`] (default) drops the handler
+    /// and answers 503 / `UNAVAILABLE` (or, while a [`ReleaseOn::BodyEnd`] body streams, ends
+    /// it with an error); [`OnLost::Notify`] lets it run on, and the handler can watch
+    /// [`HeldLock::is_lost`](crate::HeldLock::is_lost).
+    ///
+    /// ```
+    /// # use syncguard_tower::{LockLayer, key};
+    /// use syncguard::OnLost;
+    /// let layer = LockLayer::new(syncguard::MemoryBackend::new(), key::method_and_path())
+    ///     .with_on_lost(OnLost::Notify);
+    /// # let _ = layer;
+    /// ```
+    pub fn with_on_lost(mut self, on_lost: OnLost) -> Self {
+        self.config().on_lost = on_lost;
+        self
+    }
+
+    /// The HTTP status for a key held elsewhere: `423 Locked` by default, or for example
+    /// `409 Conflict`. No effect on a [`for_grpc`](Self::for_grpc) layer.
+    ///
+    /// ```
+    /// # use syncguard_tower::{LockLayer, key};
+    /// use http::StatusCode;
+    /// let layer = LockLayer::new(syncguard::MemoryBackend::new(), key::method_and_path())
+    ///     .with_contended_status(StatusCode::CONFLICT);
+    /// # let _ = layer;
+    /// ```
+    pub fn with_contended_status(mut self, status: StatusCode) -> Self {
+        self.config().contended_status = status;
+        self
+    }
+
+    /// The gRPC status code for a key held elsewhere: `ABORTED` by default (the client may
+    /// retry the whole call), or for example `RESOURCE_EXHAUSTED` or `FAILED_PRECONDITION`.
+    /// No effect on an HTTP layer.
+    ///
+    /// ```
+    /// # use syncguard_tower::{LockLayer, key};
+    /// let layer = LockLayer::for_grpc(syncguard::MemoryBackend::new(), key::path_and_header("x-id"))
+    ///     .with_contended_code(tonic::Code::FailedPrecondition);
+    /// # let _ = layer;
+    /// ```
+    #[cfg(feature = "grpc")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+    pub fn with_contended_code(mut self, code: tonic::Code) -> Self {
+        let config = self.config();
+        if config.grpc_contended.is_some() {
+            config.grpc_contended = Some(code);
+        }
+        self
+    }
+}
+
+impl<S, K: Clone> Layer<S> for LockLayer<K> {
+    type Service = LockService<S, K>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        LockService::new(
+            inner,
+            Arc::clone(&self.backend),
+            self.make_key.clone(),
+            Arc::clone(&self.config),
+        )
+    }
+}

@@ -1,0 +1,145 @@
+//! The service: keys each request, and hands it to a [`ResponseFuture`].
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use syncguard::{LockBackend, LockOptions};
+use tower::Service;
+
+use crate::body::{BoxError, LockBody};
+use crate::future::{AcquireFuture, ResponseFuture};
+use crate::key::MakeKey;
+use crate::layer::Config;
+use crate::response::Rejection;
+
+/// The service [`LockLayer`](crate::LockLayer) wraps around an inner service: each request
+/// whose key function gives a key runs under that key's lock. See the layer for the
+/// behaviour and the options.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use http::{Request, Response};
+/// use syncguard::MemoryBackend;
+/// use syncguard_tower::{HeldLock, LockLayer, key};
+/// use tower::{ServiceBuilder, ServiceExt, service_fn};
+///
+/// let service = ServiceBuilder::new()
+///     .layer(LockLayer::new(MemoryBackend::new(), key::method_and_path()))
+///     .service(service_fn(|request: Request<String>| async move {
+///         let fence = request.extensions().get::<HeldLock>().unwrap().fence();
+///         Ok::<_, std::convert::Infallible>(Response::new(http_body_util::Full::from(fence.to_string())))
+///     }));
+/// let response = service.oneshot(Request::new(String::new())).await.unwrap();
+/// assert_eq!(response.status(), 200);
+/// # }
+/// ```
+#[must_use]
+pub struct LockService<S, K> {
+    inner: S,
+    backend: Arc<dyn LockBackend>,
+    make_key: K,
+    config: Arc<Config>,
+}
+
+impl<S, K> LockService<S, K> {
+    pub(crate) fn new(
+        inner: S,
+        backend: Arc<dyn LockBackend>,
+        make_key: K,
+        config: Arc<Config>,
+    ) -> Self {
+        Self {
+            inner,
+            backend,
+            make_key,
+            config,
+        }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, unwrapped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Clone, K: Clone> Clone for LockService<S, K> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            backend: Arc::clone(&self.backend),
+            make_key: self.make_key.clone(),
+            config: Arc::clone(&self.config),
+        }
+    }
+}
+
+impl<S: fmt::Debug, K> fmt::Debug for LockService<S, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockService")
+            .field("inner", &self.inner)
+            .field("backend", &self.backend.capabilities().backend)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, K, ReqBody, ResBody> Service<Request<ReqBody>> for LockService<S, K>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    K: MakeKey<ReqBody>,
+    ResBody: http_body::Body<Data = Bytes>,
+    ResBody::Error: Into<BoxError>,
+{
+    type Response = Response<LockBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqBody, ResBody>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let Some(key) = self.make_key.make_key(&request) else {
+            return ResponseFuture::unlocked(self.inner.call(request), Arc::clone(&self.config));
+        };
+        // The service that was polled ready goes with the request; a clone stays for the next.
+        let ready = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, ready);
+        let acquire = acquire(Arc::clone(&self.backend), key, Arc::clone(&self.config));
+        ResponseFuture::acquiring(acquire, ready, request, Arc::clone(&self.config))
+    }
+}
+
+fn acquire(backend: Arc<dyn LockBackend>, key: String, config: Arc<Config>) -> AcquireFuture {
+    Box::pin(async move {
+        let mut options = LockOptions::new(key)
+            .with_ttl(config.ttl)
+            .with_retry(config.retry)
+            .with_heartbeat(config.heartbeat);
+        if let Some(max_hold) = config.max_hold {
+            options = options.with_max_hold(max_hold);
+        }
+        match syncguard::acquire(&backend, &options).await {
+            Ok(guard) => Ok(guard),
+            Err(error) => {
+                Err(
+                    Rejection::from_acquire_error(error, backend.as_ref(), options.key(), &config)
+                        .await,
+                )
+            }
+        }
+    })
+}

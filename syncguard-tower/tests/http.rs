@@ -1,0 +1,559 @@
+//! The layer in an axum server, driven over real HTTP on loopback by a hyper client.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::Extension;
+use axum::routing::{get, post};
+use bytes::Bytes;
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::BodyExt;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use syncguard::{
+    AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockError, LockId,
+    LockInfo, Lookup, MemoryBackend, OnLost, ReleaseOutcome,
+};
+use syncguard_tower::{HeldLock, LockLayer, ReleaseOn, key};
+
+struct Server {
+    base: String,
+    client: Client<HttpConnector, Body>,
+}
+
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: String,
+}
+
+async fn serve(app: Router) -> Server {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    Server {
+        base: format!("http://{address}"),
+        client: Client::builder(TokioExecutor::new()).build_http(),
+    }
+}
+
+impl Server {
+    async fn post(&self, path: &str, idempotency_key: Option<&str>) -> Answer {
+        let mut request = Request::post(format!("{}{path}", self.base));
+        if let Some(key) = idempotency_key {
+            request = request.header("idempotency-key", key);
+        }
+        let response = self
+            .client
+            .request(request.body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await.unwrap().to_bytes();
+        Answer {
+            status: parts.status,
+            headers: parts.headers,
+            body: String::from_utf8(body.to_vec()).unwrap(),
+        }
+    }
+}
+
+fn retry_after(answer: &Answer) -> u64 {
+    answer.headers["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// A handler that counts how many run at once and sleeps.
+#[derive(Clone, Default)]
+struct Probe {
+    inside: Arc<AtomicUsize>,
+    max_inside: Arc<AtomicUsize>,
+    runs: Arc<AtomicUsize>,
+}
+
+impl Probe {
+    async fn run(&self, sleep: Duration) {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        let now = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_inside.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(sleep).await;
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn job_app(
+    backend: MemoryBackend,
+    probe: Probe,
+    sleep: Duration,
+    layer: impl FnOnce(LockLayer<key::Header>) -> LockLayer<key::Header>,
+) -> Router {
+    Router::new()
+        .route(
+            "/jobs",
+            post(move |lock: Option<HeldLock>| async move {
+                probe.run(sleep).await;
+                lock.map_or("unlocked".to_owned(), |lock| lock.fence().to_string())
+            }),
+        )
+        .layer(layer(LockLayer::new(
+            backend,
+            key::header("idempotency-key"),
+        )))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_key_runs_once_and_the_others_get_423_with_retry_after() {
+    let probe = Probe::default();
+    let server = serve(job_app(
+        MemoryBackend::new(),
+        probe.clone(),
+        Duration::from_millis(800),
+        |l| l.with_ttl(Duration::from_secs(5)),
+    ))
+    .await;
+    let server = Arc::new(server);
+    let calls: Vec<_> = (0..5)
+        .map(|_| {
+            let server = Arc::clone(&server);
+            tokio::spawn(async move { server.post("/jobs", Some("same")).await })
+        })
+        .collect();
+    let mut ok = 0;
+    let mut locked = 0;
+    for call in calls {
+        let answer = call.await.unwrap();
+        match answer.status {
+            StatusCode::OK => ok += 1,
+            StatusCode::LOCKED => {
+                locked += 1;
+                let seconds = retry_after(&answer);
+                assert!((1..=6).contains(&seconds), "Retry-After {seconds}");
+                assert_eq!(answer.headers["content-type"], "application/problem+json");
+                assert!(answer.body.contains(r#""status":423"#), "{}", answer.body);
+                assert!(answer.body.contains(r#""retryAfter":"#), "{}", answer.body);
+            }
+            other => panic!("unexpected {other}: {}", answer.body),
+        }
+    }
+    assert_eq!((ok, locked), (1, 4));
+    assert_eq!(
+        probe.runs.load(Ordering::SeqCst),
+        1,
+        "rejected requests never ran"
+    );
+    // Released when the response was ready: the next request with the key goes through.
+    let answer = server.post("/jobs", Some("same")).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(answer.body, "000000000000002", "the fence grew");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn different_keys_run_in_parallel_and_keyless_requests_run_unlocked() {
+    let probe = Probe::default();
+    let server = Arc::new(
+        serve(job_app(
+            MemoryBackend::new(),
+            probe.clone(),
+            Duration::from_millis(800),
+            |l| l,
+        ))
+        .await,
+    );
+    let started = Instant::now();
+    let calls: Vec<_> = (0..4)
+        .map(|i| {
+            let server = Arc::clone(&server);
+            tokio::spawn(async move { server.post("/jobs", Some(&format!("key{i}"))).await })
+        })
+        .collect();
+    for call in calls {
+        let answer = call.await.unwrap();
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+        assert_eq!(answer.body, "000000000000001");
+    }
+    assert_eq!(
+        probe.max_inside.load(Ordering::SeqCst),
+        4,
+        "all four ran at once"
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(3000),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let (a, b) = tokio::join!(server.post("/jobs", None), server.post("/jobs", None));
+    assert_eq!((a.status, a.body.as_str()), (StatusCode::OK, "unlocked"));
+    assert_eq!((b.status, b.body.as_str()), (StatusCode::OK, "unlocked"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_handler_reads_the_lock_from_the_extension_and_the_extractor() {
+    let app = Router::new()
+        .route(
+            "/jobs/{id}",
+            post(
+                |lock: HeldLock, Extension(same): Extension<HeldLock>| async move {
+                    assert_eq!(lock.fence(), same.fence());
+                    assert_eq!(lock.lock_id(), same.lock_id());
+                    assert!(!lock.is_lost());
+                    format!(
+                        "{} {} {}",
+                        lock.key(),
+                        lock.fence(),
+                        lock.lock_id().as_str().len()
+                    )
+                },
+            ),
+        )
+        .route(
+            "/free",
+            get(|lock: HeldLock| async move { lock.fence().to_string() }),
+        )
+        .route_layer(LockLayer::new(MemoryBackend::new(), key::path_param("id")));
+    let server = serve(app).await;
+    let answer = server.post("/jobs/42", None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert_eq!(answer.body, "/jobs/{id}#42 000000000000001 22");
+    let answer = server.post("/jobs/42", None).await;
+    assert_eq!(answer.body, "/jobs/{id}#42 000000000000002 22");
+    // A route without the parameter runs unlocked, and the extractor says so.
+    let response = server
+        .client
+        .request(
+            Request::get(format!("{}/free", server.base))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn path_params_serialize_one_job_and_not_the_others() {
+    let probe = Probe::default();
+    let handler_probe = probe.clone();
+    let app = Router::new()
+        .route(
+            "/jobs/{id}/run",
+            post(move || async move {
+                handler_probe.run(Duration::from_millis(600)).await;
+                "ran"
+            }),
+        )
+        .route_layer(
+            LockLayer::new(
+                MemoryBackend::new(),
+                key::path_param("id").with_prefix("job:"),
+            )
+            .with_contended_status(StatusCode::CONFLICT),
+        );
+    let server = serve(app).await;
+    let (a, b, c) = tokio::join!(
+        server.post("/jobs/1/run", None),
+        server.post("/jobs/1/run", None),
+        server.post("/jobs/2/run", None)
+    );
+    let mut statuses = [a.status, b.status];
+    statuses.sort();
+    assert_eq!(statuses, [StatusCode::OK, StatusCode::CONFLICT]);
+    assert_eq!(c.status, StatusCode::OK);
+    assert_eq!(probe.max_inside.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_handler_keeps_its_lock_through_several_ttls() {
+    let probe = Probe::default();
+    let server = Arc::new(
+        serve(job_app(
+            MemoryBackend::new(),
+            probe.clone(),
+            Duration::from_millis(2000),
+            |l| l.with_ttl(Duration::from_millis(300)),
+        ))
+        .await,
+    );
+    let long = tokio::spawn({
+        let server = Arc::clone(&server);
+        async move { server.post("/jobs", Some("long")).await }
+    });
+    // Well past several ttls (and the 1 s tolerance), the key is still held.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let contender = server.post("/jobs", Some("long")).await;
+    assert_eq!(contender.status, StatusCode::LOCKED, "{}", contender.body);
+    assert!((1..=2).contains(&retry_after(&contender)));
+    let answer = long.await.unwrap();
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert_eq!(probe.runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_lets_a_second_request_run_after_the_first() {
+    let probe = Probe::default();
+    let server = serve(job_app(
+        MemoryBackend::new(),
+        probe.clone(),
+        Duration::from_millis(300),
+        |l| l.with_wait(Duration::from_secs(10)),
+    ))
+    .await;
+    let (a, b) = tokio::join!(
+        server.post("/jobs", Some("w")),
+        server.post("/jobs", Some("w"))
+    );
+    assert_eq!((a.status, b.status), (StatusCode::OK, StatusCode::OK));
+    let mut fences = [a.body, b.body];
+    fences.sort();
+    assert_eq!(fences, ["000000000000001", "000000000000002"]);
+    assert_eq!(probe.max_inside.load(Ordering::SeqCst), 1);
+}
+
+/// An app whose handler has its lock released behind its back, then would sleep 60 s.
+fn stolen_app(backend: MemoryBackend, on_lost: OnLost, finished: Arc<AtomicBool>) -> Router {
+    let thief = backend.clone();
+    Router::new()
+        .route(
+            "/jobs",
+            post(move |lock: HeldLock| async move {
+                assert!(thief.release(lock.lock_id()).await.unwrap().is_released());
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs(60)) => {}
+                    // Under OnLost::Notify the handler notices and finishes a little later.
+                    () = async {
+                        lock.lost().await;
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    } => {}
+                }
+                finished.store(true, Ordering::SeqCst);
+                format!("lost: {}", lock.is_lost())
+            }),
+        )
+        .layer(
+            LockLayer::new(backend, key::header("idempotency-key"))
+                .with_ttl(Duration::from_millis(300))
+                .with_on_lost(on_lost),
+        )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lock_cancels_the_handler_with_503() {
+    let finished = Arc::new(AtomicBool::new(false));
+    let server = serve(stolen_app(
+        MemoryBackend::new(),
+        OnLost::Cancel,
+        Arc::clone(&finished),
+    ))
+    .await;
+    let started = Instant::now();
+    let answer = server.post("/jobs", Some("stolen")).await;
+    assert_eq!(
+        answer.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        answer.body
+    );
+    assert!(answer.body.contains("lost"), "{}", answer.body);
+    assert!(started.elapsed() < Duration::from_secs(20));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !finished.load(Ordering::SeqCst),
+        "the handler was dropped, not finished"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lock_only_notifies_when_asked() {
+    let finished = Arc::new(AtomicBool::new(false));
+    let server = serve(stolen_app(
+        MemoryBackend::new(),
+        OnLost::Notify,
+        Arc::clone(&finished),
+    ))
+    .await;
+    let answer = server.post("/jobs", Some("stolen")).await;
+    assert_eq!(
+        (answer.status, answer.body.as_str()),
+        (StatusCode::OK, "lost: true")
+    );
+    assert!(finished.load(Ordering::SeqCst));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_hold_ends_a_hanging_handler() {
+    let probe = Probe::default();
+    let server = serve(job_app(
+        MemoryBackend::new(),
+        probe,
+        Duration::from_secs(60),
+        |l| {
+            l.with_ttl(Duration::from_millis(200))
+                .with_max_hold(Duration::from_millis(500))
+        },
+    ))
+    .await;
+    let started = Instant::now();
+    let answer = server.post("/jobs", Some("hang")).await;
+    assert_eq!(
+        answer.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        answer.body
+    );
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_key_is_a_400_and_never_runs() {
+    let probe = Probe::default();
+    let server = serve(job_app(
+        MemoryBackend::new(),
+        probe.clone(),
+        Duration::ZERO,
+        |l| l,
+    ))
+    .await;
+    let answer = server.post("/jobs", Some(&"x".repeat(600))).await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{}", answer.body);
+    assert_eq!(probe.runs.load(Ordering::SeqCst), 0);
+}
+
+/// A backend that is always down.
+struct Down;
+
+impl LockBackend for Down {
+    fn acquire<'a>(
+        &'a self,
+        _: &'a str,
+        _: Duration,
+    ) -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
+        Box::pin(async { Err(LockError::service_unavailable("connection refused")) })
+    }
+    fn release<'a>(&'a self, _: &'a LockId) -> BoxFuture<'a, Result<ReleaseOutcome, LockError>> {
+        Box::pin(async { Err(LockError::service_unavailable("connection refused")) })
+    }
+    fn extend<'a>(
+        &'a self,
+        _: &'a LockId,
+        _: Duration,
+    ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
+        Box::pin(async { Err(LockError::service_unavailable("connection refused")) })
+    }
+    fn is_locked<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async { Err(LockError::service_unavailable("connection refused")) })
+    }
+    fn lookup<'a>(&'a self, _: Lookup<'a>) -> BoxFuture<'a, Result<Option<LockInfo>, LockError>> {
+        Box::pin(async { Err(LockError::service_unavailable("connection refused")) })
+    }
+    fn capabilities(&self) -> Capabilities {
+        MemoryBackend::new().capabilities()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_failure_is_a_503_and_the_handler_never_runs() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&runs);
+    let app = Router::new()
+        .route(
+            "/jobs",
+            post(move || async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+                "ran"
+            }),
+        )
+        .layer(LockLayer::new(Down, key::header("idempotency-key")));
+    let server = serve(app).await;
+    let answer = server.post("/jobs", Some("k")).await;
+    assert_eq!(
+        answer.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        answer.body
+    );
+    assert_eq!(retry_after(&answer), 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    // Without a key there is nothing to lock: the request runs.
+    assert_eq!(server.post("/jobs", None).await.status, StatusCode::OK);
+}
+
+/// A handler whose body streams 6 chunks, 100 ms apart.
+fn streaming_app(release: ReleaseOn) -> Router {
+    Router::new()
+        .route(
+            "/jobs",
+            post(|| async {
+                let (tx, rx) =
+                    tokio::sync::mpsc::channel::<Result<Bytes, std::convert::Infallible>>(1);
+                tokio::spawn(async move {
+                    for i in 0..6 {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        if tx.send(Ok(Bytes::from(format!("{i}")))).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+                let stream = futures_stream(rx);
+                Body::from_stream(stream)
+            }),
+        )
+        .layer(
+            LockLayer::new(MemoryBackend::new(), key::header("idempotency-key"))
+                .with_release(release),
+        )
+}
+
+fn futures_stream<T: Send + 'static>(
+    rx: tokio::sync::mpsc::Receiver<T>,
+) -> impl futures_core::Stream<Item = T> + Send + 'static {
+    struct Rx<T>(tokio::sync::mpsc::Receiver<T>);
+    impl<T> futures_core::Stream for Rx<T> {
+        type Item = T;
+        fn poll_next(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<T>> {
+            self.0.poll_recv(cx)
+        }
+    }
+    Rx(rx)
+}
+
+async fn stream_then_contend(release: ReleaseOn) -> (StatusCode, String, StatusCode) {
+    let server = serve(streaming_app(release)).await;
+    let request = Request::post(format!("{}/jobs", server.base))
+        .header("idempotency-key", "stream")
+        .body(Body::empty())
+        .unwrap();
+    let response = server.client.request(request).await.unwrap();
+    // The head has arrived; the body is still streaming.
+    let during = server.post("/jobs", Some("stream")).await.status;
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let body = String::from_utf8(body.to_vec()).unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let after = server.post("/jobs", Some("stream")).await;
+    (during, body, after.status)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_on_body_end_holds_the_lock_while_the_body_streams() {
+    let (during, body, after) = stream_then_contend(ReleaseOn::BodyEnd).await;
+    assert_eq!(body, "012345");
+    assert_eq!(during, StatusCode::LOCKED);
+    assert_eq!(after, StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_on_response_frees_the_key_before_the_body_streams() {
+    let (during, body, after) = stream_then_contend(ReleaseOn::ResponseFuture).await;
+    assert_eq!(body, "012345");
+    assert_eq!(during, StatusCode::OK);
+    assert_eq!(after, StatusCode::OK);
+}
