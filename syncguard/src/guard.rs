@@ -355,6 +355,8 @@ enum Renewal {
     NotHeld,
     Failed,
     DeadlinePassed,
+    /// The hold cap leaves no room for another extend.
+    CapReached,
 }
 
 /// The keeper task: extends the lock on schedule (if the heartbeat is on) and marks it lost
@@ -363,11 +365,23 @@ async fn keep(shared: Arc<Shared>, backend: Arc<dyn LockBackend>, policy: KeepPo
     let ttl = shared.ttl;
     // After a failed extend, retry this often while the lease lasts.
     let retry_every = (ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    // A lease that ends once the hold cap is reached ended because of the cap, whichever path
+    // notices it first (a keeper woken late on a loaded machine may find the deadline passed).
+    let lapsed = || {
+        if policy
+            .max_hold
+            .is_some_and(|max| shared.acquired_at.elapsed() >= max)
+        {
+            LostReason::MaxHoldReached
+        } else {
+            LostReason::LeaseExpired
+        }
+    };
     loop {
         let LeaseState { deadline, .. } = shared.lease();
         let now = Instant::now();
         if deadline <= now {
-            shared.mark_lost(LostReason::LeaseExpired);
+            shared.mark_lost(lapsed());
             return;
         }
         let cap_left = policy
@@ -398,7 +412,13 @@ async fn keep(shared: Arc<Shared>, backend: Arc<dyn LockBackend>, policy: KeepPo
                     sleep(retry_every.min(deadline.saturating_duration_since(now))).await;
                 }
                 Renewal::DeadlinePassed => {
-                    shared.mark_lost(LostReason::LeaseExpired);
+                    shared.mark_lost(lapsed());
+                    return;
+                }
+                Renewal::CapReached => {
+                    // Less than 1 ms of the hold cap left: let the current lease run out.
+                    sleep_until(deadline).await;
+                    shared.mark_lost(LostReason::MaxHoldReached);
                     return;
                 }
             }
@@ -413,7 +433,7 @@ async fn keep(shared: Arc<Shared>, backend: Arc<dyn LockBackend>, policy: KeepPo
                     let reason = if lease_covers_cap && policy.heartbeat {
                         LostReason::MaxHoldReached
                     } else {
-                        LostReason::LeaseExpired
+                        lapsed()
                     };
                     shared.mark_lost(reason);
                     return;
@@ -431,7 +451,7 @@ async fn renew(
     deadline: Instant,
 ) -> Renewal {
     if ttl < Duration::from_millis(1) {
-        return Renewal::DeadlinePassed;
+        return Renewal::CapReached;
     }
     let sent_at = Instant::now();
     match timeout_at(deadline, backend.extend(&shared.lock_id, ttl)).await {
