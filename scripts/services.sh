@@ -4,6 +4,8 @@
 #   SYNCGUARD_TEST_POSTGRES_URL   postgres://postgres@127.0.0.1:<port>/postgres
 #   SYNCGUARD_TEST_REDIS_URL      redis://127.0.0.1:<port>
 #   SYNCGUARD_REDIS_SERVER_BIN    the redis-server binary (for tests that restart their own)
+#   FIRESTORE_EMULATOR_HOST       127.0.0.1:<port> of the Cloud Firestore emulator
+#   SYNCGUARD_TEST_FIRESTORE_PROJECT  base project id; Firestore tests derive one per test
 
 RUN_DIR=$(mktemp -d /tmp/syncguard-services.XXXXXX)
 chmod 755 "$RUN_DIR"
@@ -95,7 +97,40 @@ start_redis() {
   log "$(redis-server --version | awk '{print $1, $3}') on 127.0.0.1:$port"
 }
 
+FIRESTORE_EMULATOR=${FIRESTORE_EMULATOR:-/usr/lib/google-cloud-sdk/platform/cloud-firestore-emulator/cloud_firestore_emulator}
+
+start_firestore() {
+  if [ ! -x "$FIRESTORE_EMULATOR" ]; then
+    echo "error: the Cloud Firestore emulator is missing ($FIRESTORE_EMULATOR): install the" \
+      "Google Cloud SDK component cloud-firestore-emulator (apt-get install" \
+      "google-cloud-cli-firestore-emulator from Google's apt repository, or" \
+      "gcloud components install cloud-firestore-emulator), or set FIRESTORE_EMULATOR to its" \
+      "launcher" >&2
+    return 1
+  fi
+  command -v java >/dev/null || { log "installing Java for the Firestore emulator"; apt_install default-jre-headless; }
+  command -v curl >/dev/null || apt_install curl
+  command -v setsid >/dev/null || apt_install util-linux
+  local port dir pid started
+  port=$(free_port)
+  dir="$RUN_DIR/firestore"
+  mkdir -p "$dir"
+  started=$(date +%s.%N)
+  # setsid: the launcher and its java child get their own process group, stopped as a whole.
+  setsid "$FIRESTORE_EMULATOR" start --host=127.0.0.1 --port="$port" >"$dir/emulator.log" 2>&1 &
+  pid=$!
+  CLEANUPS+=("kill -- -$pid; sleep 0.5; kill -9 -- -$pid")
+  if ! wait_for "the Firestore emulator (log: $dir/emulator.log)" 120 curl -sf "http://127.0.0.1:$port/"; then
+    tail -n 20 "$dir/emulator.log" >&2
+    return 1
+  fi
+  export FIRESTORE_EMULATOR_HOST="127.0.0.1:$port"
+  export SYNCGUARD_TEST_FIRESTORE_PROJECT="syncguard-test-$$"
+  log "Firestore emulator on 127.0.0.1:$port (up in $(python3 -c "import time; print(f'{time.time() - $started:.1f}')")s)"
+}
+
 start_services() {
   start_postgres
   start_redis
+  start_firestore
 }

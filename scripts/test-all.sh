@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one test command: on a fresh Debian machine with Rust, installs what is missing, starts
-# PostgreSQL and Redis on loopback on free ports, runs formatting, lint, docs, per-feature
-# builds and every test, and stops what it started (also on failure or Ctrl-C).
+# PostgreSQL, Redis and the Cloud Firestore emulator on loopback on free ports, runs formatting,
+# lint, docs, per-feature builds and every test, and stops what it started (also on failure or
+# Ctrl-C).
 #
 #   bash scripts/test-all.sh            # everything
 #   bash scripts/test-all.sh --tests    # only the tests
@@ -19,7 +20,7 @@ if [ "${1:-}" != "--tests" ]; then
   RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features --workspace
   log "each feature of syncguard on its own"
   cargo check -p syncguard --no-default-features
-  for feature in memory macros postgres redis opentelemetry conformance; do
+  for feature in memory macros postgres redis firestore opentelemetry conformance; do
     cargo check -p syncguard --no-default-features --features "$feature"
   done
 fi

@@ -23,7 +23,7 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 ///
 /// The trait is object safe (`Arc<dyn LockBackend>` is itself a backend) and its futures are
 /// `Send`. To implement it, write `Box::pin(async move { ... })` bodies and run the
-/// [`conformance`](crate::conformance) suite (feature `conformance`) against the
+/// conformance suite (`syncguard::conformance`, feature `conformance`) against the
 /// implementation.
 ///
 /// ```

@@ -11,6 +11,8 @@
 mod backend;
 mod error;
 mod fence;
+#[cfg(feature = "firestore")]
+pub mod firestore;
 mod guard;
 pub mod key;
 mod lock;

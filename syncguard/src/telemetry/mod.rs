@@ -3,7 +3,7 @@
 //! - [`with_telemetry`] calls your function with a [`LockEvent`] per operation, as the
 //!   reference design's `withTelemetry` does: operation, ok/fail, sanitized hashes of the key
 //!   and lock id, and the failure reason (`locked`, `expired`, `not-found`).
-//! - [`with_opentelemetry`] (feature `opentelemetry`) records a span per operation and
+//! - `with_opentelemetry` (feature `opentelemetry`) records a span per operation and
 //!   metrics, including the waits, hold times, heartbeats and losses that the guard reports.
 //!
 //! Nothing is hashed or recorded unless a decorator is in use, and a decorated backend passes
@@ -187,7 +187,7 @@ pub struct Call<'a> {
 }
 
 /// What a decorator does around each backend call. Sealed: the crate provides
-/// [`EventSink`] and (feature `opentelemetry`) [`OpenTelemetry`].
+/// [`EventSink`] and (feature `opentelemetry`) `OpenTelemetry`.
 pub trait Instrument: Send + Sync + 'static + sealed::Sealed {
     #[doc(hidden)]
     type Span: Send;

@@ -1,0 +1,77 @@
+//! Firestore backend benchmark (informational): acquire+release cycles/s and latency at 1 and
+//! 16 workers, on distinct keys and on one hot key, against the Cloud Firestore emulator.
+//!
+//! The emulator is a single Java process with its own locking, so the figures say little about
+//! the real service (where each operation is a network round trip to Google); they show the
+//! backend's own cost and how it behaves under contention.
+//!
+//! ```sh
+//! bash scripts/with-services.sh cargo bench -p syncguard --features firestore --bench firestore
+//! ```
+
+mod support;
+
+use std::time::Duration;
+
+use support::{Cycle, print_header, print_row, run, scenario_duration};
+use syncguard::firestore::{FirestoreBackend, FirestoreConfig};
+use syncguard::{AcquireOutcome, LockBackend, LockId};
+
+const TTL: Duration = Duration::from_secs(30);
+
+#[tokio::main]
+async fn main() {
+    let host = std::env::var("FIRESTORE_EMULATOR_HOST").expect(
+        "FIRESTORE_EMULATOR_HOST is not set: run this through `bash scripts/with-services.sh`",
+    );
+    let project = format!(
+        "syncguard-bench-{}",
+        LockId::generate()
+            .as_str()
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .take(8)
+            .collect::<String>()
+            .to_lowercase()
+    );
+    let backend = FirestoreBackend::connect(&project, FirestoreConfig::new())
+        .await
+        .expect("connect to the emulator");
+    let duration = scenario_duration();
+    println!(
+        "Firestore emulator at {host}; acquire+release cycles, {}s per scenario:\n",
+        duration.as_secs_f64()
+    );
+    print_header();
+    let run_id = LockId::generate();
+    for workers in [1, 16] {
+        for hot in [false, true] {
+            let keys = if hot { "one hot" } else { "distinct" };
+            let backend = backend.clone();
+            let prefix = format!("bench:{run_id}:{workers}:{hot}");
+            let measured = run(workers, duration, move |worker, iteration| {
+                let backend = backend.clone();
+                let key = if hot {
+                    format!("{prefix}:hot")
+                } else {
+                    format!("{prefix}:{worker}:{iteration}")
+                };
+                async move {
+                    match backend.acquire(&key, TTL).await.expect("acquire") {
+                        AcquireOutcome::Acquired(lease) => {
+                            let released = backend.release(&lease.lock_id).await.expect("release");
+                            assert!(released.is_released());
+                            Cycle::Done
+                        }
+                        AcquireOutcome::Contended => {
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                            Cycle::Contended
+                        }
+                    }
+                }
+            })
+            .await;
+            print_row("syncguard acquire+release", workers, keys, &measured);
+        }
+    }
+}

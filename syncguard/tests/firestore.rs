@@ -1,0 +1,486 @@
+//! The Firestore backend against the Cloud Firestore emulator (started by
+//! `bash scripts/test-all.sh` or `bash scripts/with-services.sh`, which export
+//! `FIRESTORE_EMULATOR_HOST` and `SYNCGUARD_TEST_FIRESTORE_PROJECT`).
+//!
+//! Every backend gets a project id of its own: the emulator keeps projects apart, so tests
+//! never see each other's documents.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use firestore::FirestoreDb;
+use serde_json::Value;
+use syncguard::firestore::{FirestoreBackend, FirestoreConfig};
+use syncguard::key::{make_fence_key, make_storage_key};
+use syncguard::{AcquireOutcome, ErrorCode, LockBackend, LockId, ReleaseOutcome, conformance};
+use tokio::sync::Barrier;
+
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+/// A project id no other test (or run) uses.
+fn project() -> String {
+    let host = std::env::var("FIRESTORE_EMULATOR_HOST").unwrap_or_default();
+    assert!(
+        !host.is_empty(),
+        "FIRESTORE_EMULATOR_HOST is not set: run the tests through `bash scripts/test-all.sh` or \
+         `bash scripts/with-services.sh cargo test ...`, which start the Cloud Firestore emulator \
+         (Google Cloud SDK component cloud-firestore-emulator, needs java)"
+    );
+    let base = std::env::var("SYNCGUARD_TEST_FIRESTORE_PROJECT")
+        .unwrap_or_else(|_| "syncguard-test".to_owned());
+    let suffix: String = LockId::generate()
+        .as_str()
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(8)
+        .collect::<String>()
+        .to_lowercase();
+    format!("{base}-{}-{suffix}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+async fn client(project: &str) -> FirestoreDb {
+    FirestoreDb::new(project)
+        .await
+        .expect("connect to the Firestore emulator")
+}
+
+/// Runs a few lock cycles once per test process, so that the timing-sensitive checks do not
+/// measure a freshly started emulator's JVM warming up (its first operations take seconds).
+async fn warm_up_emulator() {
+    static WARM: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    WARM.get_or_init(|| async {
+        let backend = FirestoreBackend::new(client(&project()).await, FirestoreConfig::new())
+            .expect("valid config");
+        for round in 0..20 {
+            let key = format!("warm-up:{round}");
+            let lease = lease(
+                backend
+                    .acquire(&key, Duration::from_secs(30))
+                    .await
+                    .unwrap(),
+            );
+            let extended = backend
+                .extend(&lease.lock_id, Duration::from_secs(30))
+                .await
+                .unwrap();
+            assert!(extended.expires_at_ms().is_some());
+            assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+        }
+    })
+    .await;
+}
+
+async fn backend_in(project: &str, config: FirestoreConfig) -> FirestoreBackend {
+    warm_up_emulator().await;
+    let backend = FirestoreBackend::new(client(project).await, config).expect("valid config");
+    // Opens the connection now rather than in the first timed operation.
+    assert!(!backend.is_locked("connection:warm-up").await.unwrap());
+    backend
+}
+
+async fn backend() -> FirestoreBackend {
+    backend_in(&project(), FirestoreConfig::new()).await
+}
+
+/// A stored document's fields as JSON.
+async fn read_doc(db: &FirestoreDb, collection: &str, id: &str) -> Option<HashMap<String, Value>> {
+    db.fluent()
+        .select()
+        .by_id_in(collection)
+        .obj::<HashMap<String, Value>>()
+        .one(id)
+        .await
+        .expect("read a document")
+}
+
+async fn write_doc(db: &FirestoreDb, collection: &str, id: &str, fields: &Value) {
+    let _: Value = db
+        .fluent()
+        .update()
+        .in_col(collection)
+        .document_id(id)
+        .object(fields)
+        .execute()
+        .await
+        .expect("write a document");
+}
+
+fn lease(outcome: AcquireOutcome) -> syncguard::Lease {
+    outcome.lease().expect("acquired")
+}
+
+mod conformance_suite {
+    syncguard::conformance_tests!(super::backend());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn thirty_two_concurrent_acquires_give_exactly_one_holder() {
+    let backend = backend().await;
+    for round in 0..6 {
+        let key = conformance::unique_key(&format!("race{round}"));
+        let barrier = Arc::new(Barrier::new(32));
+        let tasks: Vec<_> = (0..32)
+            .map(|_| {
+                let (backend, key, barrier) = (backend.clone(), key.clone(), Arc::clone(&barrier));
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    backend.acquire(&key, Duration::from_secs(30)).await
+                })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for task in tasks {
+            match task.await.unwrap().expect("acquire answered") {
+                AcquireOutcome::Acquired(lease) => winners.push(lease),
+                AcquireOutcome::Contended => {}
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: exactly one holder");
+        let info = syncguard::get_by_key_raw(&backend, &key)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            info.lock_id, winners[0].lock_id,
+            "the stored lock is the winner's"
+        );
+        assert_eq!(winners[0].fence.get(), 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn documents_have_the_reference_layout() {
+    let project = project();
+    let backend = backend_in(&project, FirestoreConfig::new()).await;
+    let db = client(&project).await;
+    let key = conformance::unique_key("layout");
+    let lease = lease(
+        backend
+            .acquire(&key, Duration::from_secs(30))
+            .await
+            .unwrap(),
+    );
+    let doc_id = make_storage_key("", &key, 1500, 0).unwrap();
+    let fence_id = make_fence_key("", &doc_id, 1500, 0).unwrap();
+
+    let lock = read_doc(&db, "locks", &doc_id)
+        .await
+        .expect("lock document");
+    assert_eq!(lock["lockId"], lease.lock_id.as_str());
+    assert_eq!(lock["key"], key.as_str());
+    assert_eq!(lock["fence"], "000000000000001");
+    assert_eq!(lock["expiresAtMs"].as_u64(), Some(lease.expires_at_ms));
+    let acquired = lock["acquiredAtMs"]
+        .as_u64()
+        .expect("acquiredAtMs is an integer");
+    assert!(acquired + 30_000 == lease.expires_at_ms);
+
+    let fence = read_doc(&db, "fence_counters", &fence_id)
+        .await
+        .expect("fence document");
+    assert_eq!(fence["fence"], "000000000000001");
+    assert_eq!(fence["keyDebug"], key.as_str());
+
+    assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+    assert!(
+        read_doc(&db, "locks", &doc_id).await.is_none(),
+        "lock document deleted"
+    );
+    let fence = read_doc(&db, "fence_counters", &fence_id).await;
+    assert_eq!(
+        fence.expect("fence document kept")["fence"],
+        "000000000000001"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fences_persist_across_a_new_client() {
+    let project = project();
+    let key = conformance::unique_key("persist");
+    let mut last = 0;
+    for _ in 0..3 {
+        // A new client and backend each time, as after a restart.
+        let backend = backend_in(&project, FirestoreConfig::new()).await;
+        let lease = lease(
+            backend
+                .acquire(&key, Duration::from_secs(30))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(lease.fence.get(), last + 1);
+        last = lease.fence.get();
+        assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fence_arithmetic_is_exact_up_to_the_maximum() {
+    let project = project();
+    let backend = backend_in(&project, FirestoreConfig::new()).await;
+    let db = client(&project).await;
+    let key = conformance::unique_key("bigfence");
+    let fence_id =
+        make_fence_key("", &make_storage_key("", &key, 1500, 0).unwrap(), 1500, 0).unwrap();
+    // Near the maximum, every digit counts (a double would still be exact here, but the
+    // counter never goes through one).
+    write_doc(
+        &db,
+        "fence_counters",
+        &fence_id,
+        &serde_json::json!({ "fence": "899999999999998" }),
+    )
+    .await;
+    let lease = lease(
+        backend
+            .acquire(&key, Duration::from_secs(30))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(lease.fence.get(), 899_999_999_999_999);
+    assert_eq!(lease.fence.to_string(), "899999999999999");
+    assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+    let stored = read_doc(&db, "fence_counters", &fence_id).await.unwrap();
+    assert_eq!(stored["fence"], "899999999999999");
+
+    // 2^53 + 1, past what a double holds and past the maximum: refused, nothing written.
+    write_doc(
+        &db,
+        "fence_counters",
+        &fence_id,
+        &serde_json::json!({ "fence": "9007199254740993" }),
+    )
+    .await;
+    let error = backend
+        .acquire(&key, Duration::from_secs(30))
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), ErrorCode::Internal, "{error}");
+    assert!(!backend.is_locked(&key).await.unwrap(), "nothing written");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn duplicate_lock_ids_are_detected_and_never_acted_on_while_live() {
+    let project = project();
+    let backend = backend_in(&project, FirestoreConfig::new()).await;
+    let db = client(&project).await;
+    let key = conformance::unique_key("dup");
+    let lease = lease(
+        backend
+            .acquire(&key, Duration::from_secs(30))
+            .await
+            .unwrap(),
+    );
+    let doc_id = make_storage_key("", &key, 1500, 0).unwrap();
+    let original = read_doc(&db, "locks", &doc_id).await.unwrap();
+
+    // A live copy under another document id: ambiguous, so nothing is released or extended.
+    let copy = serde_json::to_value(&original).unwrap();
+    write_doc(&db, "locks", "copied-by-hand", &copy).await;
+    assert_eq!(
+        backend.release(&lease.lock_id).await.unwrap(),
+        ReleaseOutcome::NotHeld(None)
+    );
+    assert!(
+        backend
+            .extend(&lease.lock_id, Duration::from_secs(60))
+            .await
+            .unwrap()
+            .expires_at_ms()
+            .is_none()
+    );
+    assert!(
+        syncguard::get_by_id(&backend, &lease.lock_id)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(
+        read_doc(&db, "locks", &doc_id).await.unwrap(),
+        original,
+        "untouched"
+    );
+    assert!(read_doc(&db, "locks", "copied-by-hand").await.is_some());
+
+    // Once the copy has expired, the one live document is the lock.
+    let mut expired = copy.clone();
+    expired["expiresAtMs"] = Value::from(1_u64);
+    write_doc(&db, "locks", "copied-by-hand", &expired).await;
+    assert!(syncguard::owns(&backend, &lease.lock_id).await.unwrap());
+    assert!(
+        backend
+            .extend(&lease.lock_id, Duration::from_secs(60))
+            .await
+            .unwrap()
+            .expires_at_ms()
+            .is_some()
+    );
+    assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+    assert!(read_doc(&db, "locks", &doc_id).await.is_none());
+    assert!(!backend.is_locked(&key).await.unwrap());
+}
+
+/// `tasks` acquires of one fresh key at once, each through its own client and backend (as from
+/// separate processes); returns the winners' count and the errors.
+async fn race_separate_clients(
+    project: &str,
+    config: &FirestoreConfig,
+    tasks: usize,
+    label: &str,
+) -> (usize, Vec<syncguard::LockError>) {
+    let mut backends = Vec::new();
+    for _ in 0..tasks {
+        backends.push(backend_in(project, config.clone()).await);
+    }
+    let key = conformance::unique_key(label);
+    let barrier = Arc::new(Barrier::new(tasks));
+    let handles: Vec<_> = backends
+        .into_iter()
+        .map(|backend| {
+            let (key, barrier) = (key.clone(), Arc::clone(&barrier));
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let began = std::time::Instant::now();
+                let outcome = backend.acquire(&key, Duration::from_secs(30)).await;
+                if std::env::var_os("SYNCGUARD_TEST_TRACE").is_some() {
+                    eprintln!(
+                        "{:?} {:?}",
+                        began.elapsed(),
+                        outcome.as_ref().map(|o| o.is_contended())
+                    );
+                }
+                outcome
+            })
+        })
+        .collect();
+    let (mut winners, mut errors) = (0, Vec::new());
+    for handle in handles {
+        match handle.await.unwrap() {
+            Ok(AcquireOutcome::Acquired(_)) => winners += 1,
+            Ok(AcquireOutcome::Contended) => {}
+            Err(error) => errors.push(error),
+        }
+    }
+    (winners, errors)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn thirty_two_clients_racing_give_exactly_one_holder() {
+    // Separate clients do not share the in-process turn-taking: Firestore's commits alone
+    // decide, and the losers retry, then see the winner's lock.
+    let project = project();
+    for round in 0..5 {
+        let (winners, errors) = race_separate_clients(
+            &project,
+            &FirestoreConfig::new(),
+            32,
+            &format!("clients{round}"),
+        )
+        .await;
+        assert!(winners <= 1, "round {round}: {winners} holders at once");
+        assert!(errors.is_empty(), "round {round}: {errors:?}");
+        assert_eq!(winners, 1, "round {round}: exactly one holder");
+        eprintln!("round {round}: {winners} holder, {} gave up", errors.len());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn transaction_aborts_map_to_service_unavailable() {
+    // Without retries, a commit that lost the race (precondition failed, or Firestore aborted
+    // the transaction) must come out as a retryable ServiceUnavailable, and never break mutual
+    // exclusion.
+    let config = FirestoreConfig::new().with_max_transaction_retries(0);
+    let (winners, errors) = race_separate_clients(&project(), &config, 8, "abort").await;
+    assert!(winners <= 1, "{winners} holders at once");
+    assert!(!errors.is_empty(), "8 conflicting commits should fail some");
+    for error in &errors {
+        assert_eq!(error.code(), ErrorCode::ServiceUnavailable, "{error}");
+        assert!(error.is_retryable());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn custom_collections_are_used_and_validated() {
+    let project = project();
+    let config = FirestoreConfig::new()
+        .with_lock_collection("app_locks")
+        .with_fence_collection("app_fences");
+    let backend = backend_in(&project, config).await;
+    let db = client(&project).await;
+    let key = conformance::unique_key("custom");
+    let lease = lease(
+        backend
+            .acquire(&key, Duration::from_secs(30))
+            .await
+            .unwrap(),
+    );
+    let doc_id = make_storage_key("", &key, 1500, 0).unwrap();
+    assert!(read_doc(&db, "app_locks", &doc_id).await.is_some());
+    assert!(read_doc(&db, "locks", &doc_id).await.is_none());
+    assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+
+    for config in [
+        FirestoreConfig::new().with_fence_collection("locks"),
+        FirestoreConfig::new().with_lock_collection(""),
+        FirestoreConfig::new().with_lock_collection("a/b"),
+        FirestoreConfig::new().with_fence_collection("__reserved__"),
+    ] {
+        let error = FirestoreBackend::new(db.clone(), config).unwrap_err();
+        assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn keys_firestore_cannot_store_are_refused_before_io() {
+    let backend = backend().await;
+    for key in ["a/b", ".", "..", "__name__"] {
+        let error = backend
+            .acquire(key, Duration::from_secs(30))
+            .await
+            .unwrap_err();
+        assert_eq!(error.code(), ErrorCode::InvalidArgument, "{key}: {error}");
+        assert_eq!(
+            backend.is_locked(key).await.unwrap_err().code(),
+            ErrorCode::InvalidArgument
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn expiry_written_as_a_double_is_read() {
+    // A JavaScript client may store whole numbers as doubles.
+    let project = project();
+    let backend = backend_in(&project, FirestoreConfig::new()).await;
+    let db = client(&project).await;
+    let key = conformance::unique_key("double");
+    let lock_id = LockId::generate();
+    let now = syncguard::time::now_ms();
+    write_doc(
+        &db,
+        "locks",
+        &make_storage_key("", &key, 1500, 0).unwrap(),
+        &serde_json::json!({
+            "lockId": lock_id.as_str(),
+            "expiresAtMs": (now + 30_000) as f64 + 0.0,
+            "acquiredAtMs": now as f64,
+            "key": key,
+            "fence": "000000000000007",
+        }),
+    )
+    .await;
+    let info = syncguard::get_by_id_raw(&backend, &lock_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(info.info.fence.get(), 7);
+    assert_eq!(info.info.expires_at_ms, now + 30_000);
+    assert!(
+        backend
+            .acquire(&key, Duration::from_secs(1))
+            .await
+            .unwrap()
+            .is_contended()
+    );
+    assert!(backend.release(&lock_id).await.unwrap().is_released());
+}
