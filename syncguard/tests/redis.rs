@@ -8,6 +8,7 @@
 //! installs redis-server if missing and sets both.
 
 use std::error::Error as _;
+use std::future::Future as _;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -857,4 +858,176 @@ async fn extend_keeps_the_json_layout() {
         lease.expires_at_ms
     );
     assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+}
+
+/// Concurrent calls share script calls (batches); each still gets its own answer, and a call
+/// that meets a wrong type fails alone, having changed nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_batched_together_answer_separately() {
+    let mut conn = raw(&redis_url()).await;
+    for backend in both_backends().await {
+        let bad = unique("batch-bad");
+        let _: () = conn
+            .hset(backend.lock_key(&bad).unwrap(), "field", "value")
+            .await
+            .unwrap();
+        let held = unique("batch-held");
+        let holder = acquired(&backend, &held, Duration::from_secs(30)).await;
+        let keys: Vec<String> = (0..40).map(|_| unique("batch")).collect();
+
+        // 40 free keys, one held key and one wrong-type key, all at once.
+        let mut calls = tokio::task::JoinSet::new();
+        for key in keys.iter().chain([&held, &bad]) {
+            let (backend, key) = (backend.clone(), key.clone());
+            calls.spawn(async move {
+                let outcome = backend.acquire(&key, Duration::from_secs(30)).await;
+                (key, outcome)
+            });
+        }
+        let mut leases = Vec::new();
+        while let Some(joined) = calls.join_next().await {
+            let (key, outcome) = joined.unwrap();
+            if key == bad {
+                let err = outcome.unwrap_err();
+                assert_eq!(err.code(), ErrorCode::InvalidArgument, "{err}");
+                assert!(err.source().unwrap().to_string().contains("WRONGTYPE"));
+            } else if key == held {
+                assert!(matches!(outcome, Ok(AcquireOutcome::Contended)));
+            } else {
+                match outcome {
+                    Ok(AcquireOutcome::Acquired(lease)) => leases.push((key, lease)),
+                    other => panic!("{key}: {other:?}"),
+                }
+            }
+        }
+        assert_eq!(leases.len(), keys.len());
+        let kind: String = redis::cmd("TYPE")
+            .arg(backend.lock_key(&bad).unwrap())
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(kind, "hash", "the failed call wrote nothing");
+
+        // Releases and extends, concurrently, each answered for its own lock.
+        let mut calls = tokio::task::JoinSet::new();
+        for (i, (key, lease)) in leases.into_iter().enumerate() {
+            let backend = backend.clone();
+            calls.spawn(async move {
+                if i % 2 == 0 {
+                    let released = backend.release(&lease.lock_id).await.unwrap();
+                    assert!(released.is_released(), "{key}");
+                    assert!(!backend.is_locked(&key).await.unwrap());
+                } else {
+                    let extended = backend
+                        .extend(&lease.lock_id, Duration::from_secs(60))
+                        .await
+                        .unwrap();
+                    let info = get_by_id(&backend, &lease.lock_id).await.unwrap().unwrap();
+                    assert_eq!(Some(info.expires_at_ms), extended.expires_at_ms(), "{key}");
+                    assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+                }
+            });
+        }
+        while let Some(joined) = calls.join_next().await {
+            joined.unwrap();
+        }
+        assert!(
+            backend
+                .release(&holder.lock_id)
+                .await
+                .unwrap()
+                .is_released()
+        );
+    }
+}
+
+/// An acquire whose caller gave up (its future dropped) after the call was queued does not
+/// leave the lock held for its ttl: the batch task releases what nobody will.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_acquires_do_not_leave_locks_held() {
+    let backend = manager_backend().await;
+    let keys: Vec<String> = (0..50).map(|_| unique("abandoned")).collect();
+    for key in &keys {
+        // Polled once (the call is queued), then dropped before the reply.
+        let mut attempt = std::pin::pin!(backend.acquire(key, Duration::from_secs(60)));
+        let polled = attempt
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
+        assert!(polled.is_pending(), "no reply can have come yet");
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut conn = raw(&redis_url()).await;
+    for key in &keys {
+        loop {
+            // The call ran (its fence was used), and its lock was let go.
+            let fence: Option<String> = conn.get(backend.fence_key(key).unwrap()).await.unwrap();
+            if fence.is_some() && !backend.is_locked(key).await.unwrap() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{key} still held by an abandoned acquire"
+            );
+            sleep(Duration::from_millis(20)).await;
+        }
+        let lease = acquired(&backend, key, Duration::from_secs(5)).await;
+        assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+    }
+}
+
+/// A lock id this backend did not hand out (another process took the lock) goes through the
+/// reverse index, as in the reference; the owner's shortcut and the index agree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_taken_elsewhere_are_released_and_extended_by_lock_id() {
+    let [taker, other] = both_backends().await;
+    let key = unique("elsewhere");
+    let lease = acquired(&taker, &key, Duration::from_secs(30)).await;
+    let extended = other
+        .extend(&lease.lock_id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(extended.expires_at_ms().is_some());
+    assert!(other.release(&lease.lock_id).await.unwrap().is_released());
+    assert!(!taker.is_locked(&key).await.unwrap());
+    // The taker's own shortcut now finds the lock gone, and says so.
+    assert_eq!(
+        taker.release(&lease.lock_id).await.unwrap(),
+        ReleaseOutcome::NotHeld(Some(NotHeldReason::NotFound))
+    );
+    let again = acquired(&taker, &key, Duration::from_secs(30)).await;
+    assert_eq!(
+        taker
+            .extend(&lease.lock_id, Duration::from_secs(30))
+            .await
+            .unwrap(),
+        ExtendOutcome::NotHeld(Some(NotHeldReason::NotFound)),
+        "a stale lock id cannot extend the key's new lock"
+    );
+    assert!(taker.release(&again.lock_id).await.unwrap().is_released());
+}
+
+/// A contended attempt uses up a fence value (the fence is taken before the lock is tested, so
+/// one `SET NX` does both): fences stay unique and increasing, with gaps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contended_attempts_leave_gaps_in_increasing_fences() {
+    let backend = manager_backend().await;
+    let key = unique("gaps");
+    let first = acquired(&backend, &key, Duration::from_secs(30)).await;
+    for _ in 0..3 {
+        assert!(matches!(
+            backend.acquire(&key, Duration::from_secs(30)).await,
+            Ok(AcquireOutcome::Contended)
+        ));
+    }
+    assert!(backend.release(&first.lock_id).await.unwrap().is_released());
+    let second = acquired(&backend, &key, Duration::from_secs(30)).await;
+    assert_eq!(first.fence.to_string(), "000000000000001");
+    assert_eq!(second.fence.to_string(), "000000000000005");
+    assert!(
+        backend
+            .release(&second.lock_id)
+            .await
+            .unwrap()
+            .is_released()
+    );
 }

@@ -1,7 +1,7 @@
 //! Mapping of redis-rs and deadpool errors to [`LockError`], the driver error kept as source.
 
 use deadpool_redis::{PoolError, TimeoutType};
-use redis::{ErrorKind, RedisError, ServerErrorKind};
+use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 
 use crate::LockError;
 
@@ -76,8 +76,17 @@ fn code_or_category(error: &RedisError) -> &str {
 /// Maps a deadpool pool error: timeouts → `NetworkTimeout`, backend errors as the redis error,
 /// a closed pool → `ServiceUnavailable`.
 pub(crate) fn map_pool_error(error: PoolError) -> LockError {
+    let mapped = pool_error(&error);
     match error {
-        PoolError::Backend(error) => map_redis_error(error),
+        PoolError::Backend(_) | PoolError::Timeout(_) | PoolError::Closed => mapped,
+        other => mapped.with_source(other),
+    }
+}
+
+/// [`map_pool_error`] for an error shared by several callers (a failed batch).
+pub(crate) fn pool_error(error: &PoolError) -> LockError {
+    match error {
+        PoolError::Backend(error) => map_redis_error(error.clone()),
         PoolError::Timeout(kind) => {
             let what = match kind {
                 TimeoutType::Wait => "waiting for a free pooled connection",
@@ -88,18 +97,32 @@ pub(crate) fn map_pool_error(error: PoolError) -> LockError {
                 "Redis pool timed out {what}; raise the pool size or its timeouts, or check the \
                  server"
             ))
-            .with_source(PoolError::Timeout(kind))
+            .with_source(PoolError::Timeout(*kind))
         }
         PoolError::Closed => LockError::service_unavailable("the Redis connection pool was closed")
             .with_source(PoolError::Closed),
-        other => {
-            LockError::internal(format!("Redis connection pool failed: {other}")).with_source(other)
-        }
+        other => LockError::internal(format!("Redis connection pool failed: {other}")),
     }
 }
 
+/// One operation's slot in a batch reply: `{-100, "CODE message"}` is the error that operation
+/// met (mapped as the same error of a single-operation script), anything else its reply.
+pub(crate) fn error_from_reply(reply: Value) -> Result<Value, LockError> {
+    if let Value::Array(items) = &reply
+        && let [Value::Int(-100), Value::BulkString(text)] = items.as_slice()
+    {
+        let text = String::from_utf8_lossy(text);
+        let (code, detail) = text.split_once(' ').unwrap_or((&text, ""));
+        return Err(map_redis_error(redis::make_extension_error(
+            code.to_owned(),
+            Some(detail.to_owned()),
+        )));
+    }
+    Ok(reply)
+}
+
 /// A reply that does not match what the script returns.
-pub(crate) fn unexpected_reply(script: &str, reply: &redis::Value) -> LockError {
+pub(crate) fn unexpected_reply(script: &str, reply: &Value) -> LockError {
     LockError::internal(format!(
         "unexpected reply {reply:?} from the syncguard {script} script; is another program \
          loading scripts with the same SHA-1?"
@@ -139,6 +162,38 @@ mod tests {
             map_redis_error(server("WEIRD", "something")).code(),
             ErrorCode::Internal
         );
+    }
+
+    #[test]
+    fn batch_slots() {
+        let wrong = Value::Array(vec![
+            Value::Int(-100),
+            Value::BulkString(b"WRONGTYPE Operation against a key".to_vec()),
+        ]);
+        let err = error_from_reply(wrong).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidArgument);
+        assert!(err.source().unwrap().to_string().contains("WRONGTYPE"));
+        let bad = Value::Array(vec![
+            Value::Int(-100),
+            Value::BulkString(b"BADDATA syncguard: not lock JSON".to_vec()),
+        ]);
+        assert_eq!(
+            error_from_reply(bad).unwrap_err().code(),
+            ErrorCode::InvalidArgument
+        );
+        let odd = Value::Array(vec![Value::Int(-100), Value::BulkString(b"WEIRD".to_vec())]);
+        assert_eq!(
+            error_from_reply(odd).unwrap_err().code(),
+            ErrorCode::Internal
+        );
+        // Replies of operations pass through.
+        for reply in [
+            Value::Int(0),
+            Value::Int(-2),
+            Value::Array(vec![Value::Int(1), Value::Int(5)]),
+        ] {
+            assert_eq!(error_from_reply(reply.clone()).unwrap(), reply);
+        }
     }
 
     #[test]

@@ -1,5 +1,7 @@
-//! The Redis backend (feature `redis`): one Lua script per operation, run by EVALSHA, over a
-//! multiplexed auto-reconnecting connection (the default) or a deadpool-redis pool.
+//! The Redis backend (feature `redis`, Redis 7.0 or later): Lua scripts run by EVALSHA, over a
+//! multiplexed auto-reconnecting connection (the default) or a deadpool-redis pool. The
+//! acquire, release and extend calls waiting at the same moment run in one script call, each as
+//! it would alone.
 //!
 //! Storage follows the reference design's Redis layout, so a Rust and a TypeScript SyncGuard
 //! service sharing a Redis and a prefix exclude each other:
@@ -24,6 +26,9 @@
 //!   visible for the tolerance window in which the liveness predicate still counts it as held
 //!   (the reference's `PX` = ttl lets Redis drop the key at its expiry, before the tolerance
 //!   ends). The stored JSON is byte for byte what the reference writes.
+//! - **Fences have gaps**: the fence is taken before the lock is tested, so that one
+//!   `SET … NX GET` tests and takes it; a contended attempt uses up a value. Fences stay unique
+//!   and increasing per key.
 //! - **Prefixes** are validated ([`validate_prefix`]); a stale index left by a dead lock is
 //!   removed only when it still points at the key being taken.
 //!
@@ -44,9 +49,11 @@
 //! # Ok(()) }
 //! ```
 
+mod batch;
 mod config;
 mod error;
 mod keys;
+mod known;
 mod scripts;
 
 use std::fmt;
@@ -74,8 +81,8 @@ use error::{map_pool_error, map_redis_error, unexpected_reply};
 use keys::Layout;
 use scripts::LuaScript;
 
-/// Distributed locks on Redis: one EVALSHA per operation, server time (`TIME`) as the time
-/// authority, fences from `INCR`.
+/// Distributed locks on Redis: Lua scripts by EVALSHA (concurrent acquire, release and extend
+/// calls batched into one), server time (`TIME`) as the time authority, fences from `INCR`.
 ///
 /// Cheap to clone (an `Arc` inside): clone it into tasks. Build it with
 /// [`connect`](Self::connect), the [`builder`](Self::builder), or from a connection you
@@ -103,11 +110,16 @@ pub struct RedisBackend {
 
 struct Inner {
     conn: Conn,
+    /// Acquire, release and extend go through here (see `batch`).
+    batcher: batch::Batcher,
+    /// The lock keys of the locks this backend holds, for release and extend.
+    known: known::KnownKeys,
     layout: Layout,
     /// The cleanup guard passed to `is_locked` (`0` = no cleanup).
     cleanup_guard_ms: u64,
 }
 
+#[derive(Clone)]
 enum Conn {
     Manager(ConnectionManager),
     Pool(deadpool_redis::Pool),
@@ -198,10 +210,13 @@ impl RedisBackend {
 
     fn with_conn(conn: Conn, config: &RedisConfig) -> Result<Self, LockError> {
         let prefix = validate_prefix(&config.prefix)?;
+        let layout = Layout::new(prefix);
         Ok(Self {
             inner: Arc::new(Inner {
+                batcher: batch::Batcher::new(conn.clone(), layout.index_prefix()),
+                known: known::KnownKeys::default(),
                 conn,
-                layout: Layout::new(prefix),
+                layout,
                 cleanup_guard_ms: if config.cleanup_in_is_locked {
                     CLEANUP_GUARD_MS
                 } else {
@@ -317,6 +332,7 @@ impl RedisBackend {
                 eval_on(&mut conn, script, cmd).await
             }
         }
+        .map_err(map_redis_error)
     }
 
     async fn acquire_once(&self, key: &str, ttl: Duration) -> Result<AcquireOutcome, LockError> {
@@ -328,35 +344,26 @@ impl RedisBackend {
         let lock_id = LockId::generate();
         let index_key = layout.index_key(&lock_id)?;
 
-        let mut cmd = evalsha(
-            &scripts::ACQUIRE,
-            3,
-            8,
-            lock_key.len() * 2 + index_key.len() + key.len() + 96,
-        );
-        cmd.arg(lock_key.as_str())
-            .arg(index_key.as_str())
-            .arg(fence_key.as_str())
-            .arg(lock_id.as_str())
-            .arg(ttl_ms)
-            .arg(TIME_TOLERANCE_MS)
-            .arg(&*key)
-            .arg(layout.index_prefix());
-        let reply = self.eval(&scripts::ACQUIRE, &cmd).await?;
-        let (fence, expires_at_ms) = match &reply {
+        let reply = self
+            .inner
+            .batcher
+            .run(batch::Op::Acquire {
+                lock_key: lock_key.clone(),
+                index_key,
+                fence_key,
+                lock_id: lock_id.clone(),
+                ttl_ms,
+                key: key.into_owned(),
+            })
+            .await?;
+        let fence = match &reply.value {
             Value::Int(0) => return Ok(AcquireOutcome::Contended),
-            Value::Array(items) => match items.as_slice() {
-                [Value::Int(1), Value::BulkString(fence), Value::Int(expires)] => {
-                    (fence.as_slice(), *expires)
-                }
-                _ => return Err(unexpected_reply("acquire", &reply)),
-            },
-            _ => return Err(unexpected_reply("acquire", &reply)),
+            Value::BulkString(fence) => fence.as_slice(),
+            _ => return Err(unexpected_reply("acquire", &reply.value)),
         };
-        let expires_at_ms =
-            u64::try_from(expires_at_ms).map_err(|_| unexpected_reply("acquire", &reply))?;
+        let expires_at_ms = reply.now_ms + ttl_ms;
         let fence = match std::str::from_utf8(fence)
-            .map_err(|_| unexpected_reply("acquire", &reply))
+            .map_err(|_| unexpected_reply("acquire", &reply.value))
             .and_then(str::parse::<Fence>)
         {
             Ok(fence) => fence,
@@ -366,6 +373,7 @@ impl RedisBackend {
                 return Err(error);
             }
         };
+        self.inner.known.insert(lock_id.clone(), lock_key, ttl);
         Ok(AcquireOutcome::Acquired(Lease::new(
             lock_id,
             expires_at_ms,
@@ -375,11 +383,16 @@ impl RedisBackend {
 
     async fn release_once(&self, lock_id: &LockId) -> Result<ReleaseOutcome, LockError> {
         let index_key = self.inner.layout.index_key(lock_id)?;
-        let mut cmd = evalsha(&scripts::RELEASE, 1, 2, index_key.len() + 96);
-        cmd.arg(index_key.as_str())
-            .arg(lock_id.as_str())
-            .arg(TIME_TOLERANCE_MS);
-        let reply = self.eval(&scripts::RELEASE, &cmd).await?;
+        let reply = self
+            .inner
+            .batcher
+            .run(batch::Op::Release {
+                lock_key: self.inner.known.take(lock_id),
+                index_key,
+                lock_id: lock_id.clone(),
+            })
+            .await?
+            .value;
         match reply {
             Value::Int(1) => Ok(ReleaseOutcome::Released),
             Value::Int(code) => match not_held_reason(code) {
@@ -397,27 +410,29 @@ impl RedisBackend {
     ) -> Result<ExtendOutcome, LockError> {
         let ttl_ms = ttl_millis(ttl)?;
         let index_key = self.inner.layout.index_key(lock_id)?;
-        let mut cmd = evalsha(&scripts::EXTEND, 1, 3, index_key.len() + 112);
-        cmd.arg(index_key.as_str())
-            .arg(lock_id.as_str())
-            .arg(TIME_TOLERANCE_MS)
-            .arg(ttl_ms);
-        let reply = self.eval(&scripts::EXTEND, &cmd).await?;
-        match &reply {
-            Value::Array(items) => match items.as_slice() {
-                [Value::Int(1), Value::Int(expires)] => {
-                    let expires_at_ms =
-                        u64::try_from(*expires).map_err(|_| unexpected_reply("extend", &reply))?;
-                    Ok(ExtendOutcome::Extended { expires_at_ms })
-                }
-                _ => Err(unexpected_reply("extend", &reply)),
+        let reply = self
+            .inner
+            .batcher
+            .run(batch::Op::Extend {
+                lock_key: self.inner.known.get(lock_id),
+                index_key,
+                lock_id: lock_id.clone(),
+                ttl_ms,
+            })
+            .await?;
+        let outcome = match reply.value {
+            Value::Int(1) => ExtendOutcome::Extended {
+                expires_at_ms: reply.now_ms + ttl_ms,
             },
-            Value::Int(code) => match not_held_reason(*code) {
-                Some(reason) => Ok(ExtendOutcome::NotHeld(Some(reason))),
-                None => Err(unexpected_reply("extend", &reply)),
+            Value::Int(code) => match not_held_reason(code) {
+                Some(reason) => ExtendOutcome::NotHeld(Some(reason)),
+                None => return Err(unexpected_reply("extend", &reply.value)),
             },
-            _ => Err(unexpected_reply("extend", &reply)),
-        }
+            _ => return Err(unexpected_reply("extend", &reply.value)),
+        };
+        let lives_on = matches!(outcome, ExtendOutcome::Extended { .. }).then_some(ttl);
+        self.inner.known.extended(lock_id, lives_on);
+        Ok(outcome)
     }
 
     async fn is_locked_once(&self, key: &str) -> Result<bool, LockError> {
@@ -508,7 +523,7 @@ async fn eval_on<C: ConnectionLike>(
     conn: &mut C,
     lua: &LuaScript,
     cmd: &Cmd,
-) -> Result<Value, LockError> {
+) -> Result<Value, ::redis::RedisError> {
     match cmd.query_async::<Value>(conn).await {
         Ok(value) => Ok(value),
         Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
@@ -522,11 +537,9 @@ async fn eval_on<C: ConnectionLike>(
                     eval.arg(bytes);
                 }
             }
-            eval.query_async::<Value>(conn)
-                .await
-                .map_err(map_redis_error)
+            eval.query_async::<Value>(conn).await
         }
-        Err(error) => Err(map_redis_error(error)),
+        Err(error) => Err(error),
     }
 }
 
@@ -822,6 +835,6 @@ mod tests {
             .iter()
             .map(|s| s.script.get_hash().to_owned())
             .collect();
-        assert_eq!(hashes.len(), 6);
+        assert_eq!(hashes.len(), scripts::all().len());
     }
 }

@@ -1,5 +1,6 @@
-//! The Lua scripts, one per operation, run by EVALSHA; after a NOSCRIPT (SCRIPT FLUSH,
-//! restart, failover) the same call is sent once as EVAL, which also caches the script again.
+//! The Lua scripts, run by EVALSHA (acquire, release and extend batched in one); after a
+//! NOSCRIPT (SCRIPT FLUSH, restart, failover) the same call is sent once as EVAL, which also
+//! caches the script again.
 
 use std::sync::LazyLock;
 
@@ -20,18 +21,11 @@ impl LuaScript {
     }
 }
 
-/// Takes a lock: `KEYS` lock, index, fence; `ARGV` lock id, ttl, tolerance, user key, index
-/// prefix. Returns `0` (contended) or `{1, fence, expiresAtMs}`.
-pub(crate) static ACQUIRE: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::new(include_str!("lua/acquire.lua")));
-/// Releases by lock id: `KEYS` index; `ARGV` lock id, tolerance. Returns `1`, `0` (another
-/// owner), `-1` (not found) or `-2` (expired).
-pub(crate) static RELEASE: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::new(include_str!("lua/release.lua")));
-/// Extends by lock id: `KEYS` index; `ARGV` lock id, tolerance, ttl. Returns `{1, expiresAtMs}`,
-/// `0`, `-1` or `-2` as release.
-pub(crate) static EXTEND: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::new(include_str!("lua/extend.lua")));
+/// Acquire, release and extend operations in one call: `KEYS` and `ARGV` per operation as
+/// described in `lua/batch.lua`; replies the batch's server time, then one reply per operation
+/// (the reference's outcome codes).
+pub(crate) static BATCH: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new(include_str!("lua/batch.lua")));
 /// Liveness of a key: `KEYS` lock; `ARGV` tolerance, cleanup guard (0 = off), index prefix.
 /// Returns `1` or `0`.
 pub(crate) static IS_LOCKED: LazyLock<LuaScript> =
@@ -44,13 +38,6 @@ pub(crate) static LOOKUP_ID: LazyLock<LuaScript> =
     LazyLock::new(|| LuaScript::new(include_str!("lua/lookup_id.lua")));
 
 /// Every script, for loading them all up front.
-pub(crate) fn all() -> [&'static LuaScript; 6] {
-    [
-        &ACQUIRE,
-        &RELEASE,
-        &EXTEND,
-        &IS_LOCKED,
-        &LOOKUP_KEY,
-        &LOOKUP_ID,
-    ]
+pub(crate) fn all() -> [&'static LuaScript; 4] {
+    [&BATCH, &IS_LOCKED, &LOOKUP_KEY, &LOOKUP_ID]
 }
