@@ -1,7 +1,10 @@
 //! Redis backend throughput: acquire+release cycles per second and cycle latency, at 1, 16 and
 //! 64 concurrent workers, on distinct keys and on one hot key, for each connection mode; and in
 //! the same run the raw ceiling of the server: pipelined EVALSHA of a trivial script at the
-//! same concurrency over one multiplexed connection (a cycle costs two scripts).
+//! same concurrency over one multiplexed connection (a cycle is two operations, which the
+//! backend batches with those of other workers). Each row also gives the server's CPU time
+//! per cycle (`INFO cpu`) and how many operations went into one script call
+//! (`INFO commandstats`).
 //!
 //! ```text
 //! bash scripts/with-services.sh cargo bench -p syncguard --features redis --bench redis
@@ -36,6 +39,55 @@ struct Row {
     contended_per_sec: f64,
     p50_us: u32,
     p99_us: u32,
+    /// Server CPU (user + system) per cycle, from `INFO cpu` over the measured time.
+    server_us: f64,
+    /// Operations (acquire, release) per script call, from `INFO commandstats`.
+    per_call: f64,
+}
+
+/// The server's CPU seconds so far and its EVALSHA + EVAL calls.
+async fn server_stats(conn: &mut redis::aio::MultiplexedConnection) -> (f64, u64) {
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .expect("INFO");
+    let mut cpu = 0.0;
+    let mut calls = 0;
+    for line in info.lines() {
+        if let Some(v) = line
+            .strip_prefix("used_cpu_sys:")
+            .or_else(|| line.strip_prefix("used_cpu_user:"))
+        {
+            cpu += v.trim().parse::<f64>().unwrap_or(0.0);
+        }
+        if let Some(rest) = line
+            .strip_prefix("cmdstat_evalsha:calls=")
+            .or_else(|| line.strip_prefix("cmdstat_eval:calls="))
+        {
+            calls += rest
+                .split(',')
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    (cpu, calls)
+}
+
+/// Samples [`server_stats`] at `start` and `end`: (CPU seconds, script calls) in between.
+async fn server_usage(url: String, start: Instant, end: Instant) -> (f64, u64) {
+    let mut conn = redis::Client::open(url.as_str())
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("stats connection");
+    tokio::time::sleep_until(start).await;
+    let (cpu0, calls0) = server_stats(&mut conn).await;
+    tokio::time::sleep_until(end).await;
+    let (cpu1, calls1) = server_stats(&mut conn).await;
+    (cpu1 - cpu0, calls1 - calls0)
 }
 
 fn percentile(sorted: &[u32], p: f64) -> u32 {
@@ -49,6 +101,7 @@ fn percentile(sorted: &[u32], p: f64) -> u32 {
 /// Runs `workers` loops of acquire+release for `secs`, after a warm-up.
 async fn cycles(
     backend: &RedisBackend,
+    url: &str,
     workers: usize,
     keys: Keys,
     measure: Duration,
@@ -57,6 +110,7 @@ async fn cycles(
     let run = LockId::generate();
     let start = Instant::now() + WARMUP;
     let end = start + measure;
+    let usage = tokio::spawn(server_usage(url.to_owned(), start, end));
     let tasks: Vec<_> = (0..workers)
         .map(|worker| {
             let backend = backend.clone();
@@ -103,7 +157,11 @@ async fn cycles(
     }
     all.sort_unstable();
     let secs = measure.as_secs_f64();
+    let (server_cpu, calls) = usage.await.expect("server stats");
+    let operations = all.len() as f64 * 2.0 + contended as f64;
     Row {
+        server_us: server_cpu * 1e6 / all.len().max(1) as f64,
+        per_call: operations / calls.max(1) as f64,
         what: label.to_owned(),
         workers,
         keys: match keys {
@@ -130,6 +188,7 @@ async fn raw_ceiling(url: &str, workers: usize, measure: Duration) -> Row {
     }
     let start = Instant::now() + WARMUP;
     let end = start + measure;
+    let usage = tokio::spawn(server_usage(url.to_owned(), start, end));
     let tasks: Vec<_> = (0..workers)
         .map(|_| {
             let mut conn = manager.clone();
@@ -159,7 +218,10 @@ async fn raw_ceiling(url: &str, workers: usize, measure: Duration) -> Row {
         all.extend(task.await.expect("worker"));
     }
     all.sort_unstable();
+    let (server_cpu, _) = usage.await.expect("server stats");
     Row {
+        server_us: server_cpu * 1e6 / all.len().max(1) as f64,
+        per_call: 1.0,
         what: "raw EVALSHA `return 1` (ops/s)".to_owned(),
         workers,
         keys: "-",
@@ -223,7 +285,7 @@ fn main() {
                     if !wanted(&format!("{short}/{workers}/{name}")) {
                         continue;
                     }
-                    rows.push(cycles(backend, workers, keys, measure, label).await);
+                    rows.push(cycles(backend, &url, workers, keys, measure, label).await);
                 }
             }
         }
@@ -232,18 +294,23 @@ fn main() {
             "\nRedis backend, {threads} runtime threads, {}s per row (cycle = acquire + release)\n",
             measure.as_secs()
         );
-        println!("| mode | workers | keys | cycles/s | p50 µs | p99 µs | contended acquires/s |");
-        println!("|---|---:|---|---:|---:|---:|---:|");
+        println!(
+            "| mode | workers | keys | cycles/s | p50 µs | p99 µs | contended acquires/s | \
+             server µs/cycle | operations/script call |"
+        );
+        println!("|---|---:|---|---:|---:|---:|---:|---:|---:|");
         for row in &rows {
             println!(
-                "| {} | {} | {} | {:.0} | {} | {} | {:.0} |",
+                "| {} | {} | {} | {:.0} | {} | {} | {:.0} | {:.1} | {:.1} |",
                 row.what,
                 row.workers,
                 row.keys,
                 row.per_sec,
                 row.p50_us,
                 row.p99_us,
-                row.contended_per_sec
+                row.contended_per_sec,
+                row.server_us,
+                row.per_call
             );
         }
         let ceiling = rows
