@@ -5,6 +5,10 @@
 //! cargo bench -p syncguard-tower --bench overhead                 # the table
 //! # Instructions per request, deterministic (sequential requests on one connection):
 //! valgrind --tool=callgrind target/release/deps/overhead-* count plain 2000
+//! # A fixed number of requests on the bench's 2-worker runtime, for `perf stat` (futex
+//! # calls, context switches): kind, requests, connections.
+//! perf stat -e task-clock,context-switches,syscalls:sys_enter_futex \
+//!     target/release/deps/overhead-* requests locked 20000 16
 //! ```
 //!
 //! Every request carries a fresh `Idempotency-Key`, with or without the layer, so both
@@ -31,6 +35,15 @@ enum Kind {
 }
 
 impl Kind {
+    /// The router a command-line argument names (`plain` by default).
+    fn from_arg(arg: Option<&String>) -> Self {
+        if arg.map(String::as_str) == Some("locked") {
+            Kind::Locked
+        } else {
+            Kind::Plain
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Kind::Plain => "plain router",
@@ -71,8 +84,15 @@ async fn one(
     response.into_body().collect().await.unwrap();
 }
 
-/// Requests/s with `connections` clients looping for `duration`.
-async fn throughput(kind: Kind, connections: usize, duration: Duration) -> f64 {
+/// When a load run stops: after a while, or after a number of requests.
+#[derive(Clone, Copy)]
+enum Until {
+    Elapsed(Duration),
+    Requests(u64),
+}
+
+/// Requests/s with `connections` clients looping until `until`.
+async fn throughput(kind: Kind, connections: usize, until: Until) -> f64 {
     let url = Arc::new(serve(kind).await);
     let client = Client::builder(TokioExecutor::new()).build_http::<Body>();
     let stop = Arc::new(AtomicBool::new(false));
@@ -82,6 +102,10 @@ async fn throughput(kind: Kind, connections: usize, duration: Duration) -> f64 {
     for i in 0..connections as u64 {
         one(&client, &url, u64::MAX - i).await;
     }
+    let limit = match until {
+        Until::Requests(n) => n,
+        Until::Elapsed(_) => u64::MAX,
+    };
     let started = Instant::now();
     let workers: Vec<_> = (0..connections)
         .map(|_| {
@@ -94,17 +118,27 @@ async fn throughput(kind: Kind, connections: usize, duration: Duration) -> f64 {
             );
             tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
-                    one(&client, &url, next.fetch_add(1, Ordering::Relaxed)).await;
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    if n >= limit {
+                        break;
+                    }
+                    one(&client, &url, n).await;
                     done.fetch_add(1, Ordering::Relaxed);
                 }
             })
         })
         .collect();
-    tokio::time::sleep(duration).await;
-    stop.store(true, Ordering::Relaxed);
-    let elapsed = started.elapsed();
+    if let Until::Elapsed(duration) = until {
+        tokio::time::sleep(duration).await;
+        stop.store(true, Ordering::Relaxed);
+    }
+    // Timed runs end at the stop signal, counted runs when the last request is answered.
+    let mut elapsed = started.elapsed();
     for worker in workers {
         worker.await.unwrap();
+    }
+    if let Until::Requests(_) = until {
+        elapsed = started.elapsed();
     }
     done.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64()
 }
@@ -121,11 +155,7 @@ fn main() {
         .collect();
     if args.first().map(String::as_str) == Some("count") {
         // Sequential requests on one connection, on one thread: for callgrind.
-        let kind = if args.get(1).map(String::as_str) == Some("locked") {
-            Kind::Locked
-        } else {
-            Kind::Plain
-        };
+        let kind = Kind::from_arg(args.get(1));
         let n: u64 = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(1000);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -140,6 +170,22 @@ fn main() {
         });
         return;
     }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    if args.first().map(String::as_str) == Some("requests") {
+        let kind = Kind::from_arg(args.get(1));
+        let n: u64 = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(20_000);
+        let connections: usize = args.get(3).and_then(|c| c.parse().ok()).unwrap_or(1);
+        let rate = runtime.block_on(throughput(kind, connections, Until::Requests(n)));
+        println!(
+            "{}: {n} requests on {connections} connections, {rate:.0} req/s",
+            kind.name()
+        );
+        return;
+    }
     let rounds: usize = std::env::var("ROUNDS")
         .ok()
         .and_then(|r| r.parse().ok())
@@ -148,11 +194,6 @@ fn main() {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(2.0);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
     println!("| router | connections | rounds | median req/s | min | max |");
     println!("|---|---:|---:|---:|---:|---:|");
     for connections in [1, 16] {
@@ -168,7 +209,7 @@ fn main() {
                 let rate = runtime.block_on(throughput(
                     kind,
                     connections,
-                    Duration::from_secs_f64(seconds),
+                    Until::Elapsed(Duration::from_secs_f64(seconds)),
                 ));
                 results[usize::from(kind == Kind::Locked)].push(rate);
             }

@@ -61,7 +61,10 @@ impl<B> LockBody<B> {
         }
     }
 
-    pub(crate) fn holding(body: B, guard: LockGuard, watch_lost: bool) -> Self {
+    pub(crate) fn holding(body: B, mut guard: LockGuard, watch_lost: bool) -> Self {
+        // A body is only polled when the connection can take more data, so a slow client
+        // would starve a heartbeat run from here: a task keeps the lock while it streams.
+        syncguard::__private::detach_keeper(&mut guard);
         let lost = watch_lost.then(|| Box::pin(guard.lost_token().cancelled_owned()));
         Self {
             kind: Kind::Inner {

@@ -1,5 +1,6 @@
 //! What a handler learns about the lock its request holds.
 
+use syncguard::__private::GuardView;
 use syncguard::{Fence, LockGuard, LockId, LostReason};
 use tokio_util::sync::CancellationToken;
 
@@ -26,54 +27,60 @@ use tokio_util::sync::CancellationToken;
 ///     .route("/jobs", post(run_job))
 ///     .layer(LockLayer::new(MemoryBackend::new(), key::header("idempotency-key")));
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct HeldLock {
-    key: String,
-    fence: Fence,
-    lock_id: LockId,
-    lost: CancellationToken,
+    // Shares the guard's state: made and cloned per request without copying strings.
+    view: GuardView,
 }
 
 impl HeldLock {
     pub(crate) fn new(guard: &LockGuard) -> Self {
         Self {
-            key: guard.key().to_owned(),
-            fence: guard.fence(),
-            lock_id: guard.lock_id().clone(),
-            lost: guard.lost_token(),
+            view: GuardView::of(guard),
         }
     }
 
     /// The (NFC-normalized) key of the lock.
     pub fn key(&self) -> &str {
-        &self.key
+        self.view.key()
     }
 
     /// The fencing token of this acquisition; it only grows from one holder to the next.
     pub fn fence(&self) -> Fence {
-        self.fence
+        self.view.fence()
     }
 
     /// The lock id of this acquisition.
     pub fn lock_id(&self) -> &LockId {
-        &self.lock_id
+        self.view.lock_id()
     }
 
     /// Whether the lock has been lost. With [`OnLost::Cancel`](syncguard::OnLost::Cancel) (the
     /// default) the handler is dropped when that happens; with `OnLost::Notify` it runs on and
     /// should check this before side effects.
     pub fn is_lost(&self) -> bool {
-        self.lost.is_cancelled()
+        self.view.is_lost()
     }
 
     /// Completes when the lock is lost; never while it is held.
     pub async fn lost(&self) {
-        self.lost.cancelled().await;
+        self.view.lost_token().cancelled().await;
     }
 
     /// A token cancelled when the lock is lost (not when it is released).
     pub fn lost_token(&self) -> CancellationToken {
-        self.lost.clone()
+        self.view.lost_token().clone()
+    }
+}
+
+impl std::fmt::Debug for HeldLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeldLock")
+            .field("key", &self.key())
+            .field("fence", &self.fence())
+            .field("lock_id", self.lock_id())
+            .field("lost", &self.view.lost_reason())
+            .finish()
     }
 }
 

@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use http::{Request, Response};
+use http_body::Body;
 use pin_project_lite::pin_project;
 use syncguard::{LockGuard, OnLost};
-use tokio_util::sync::WaitForCancellationFutureOwned;
 use tower::Service;
 
 use crate::body::{LockBody, release};
-use crate::extension::{HeldLock, lost_reason};
+use crate::extension::HeldLock;
 use crate::layer::{Config, ReleaseOn};
 use crate::response::Rejection;
 
@@ -26,9 +26,10 @@ pin_project! {
     ///
     /// A small state machine that owns the request's [`LockGuard`] for as long as the request
     /// runs: it acquires the lock, calls the inner service with the lock's
-    /// [`HeldLock`] in the request's extensions, races the inner future against the loss of
-    /// the lock, then releases the lock (or hands it to the body, with
-    /// [`ReleaseOn::BodyEnd`]). Dropping it at any point releases the lock in the background.
+    /// [`HeldLock`] in the request's extensions, runs the lock's heartbeat itself while the
+    /// inner future is pending (and cancels it if the lock is lost), then releases the lock
+    /// (or hands it to the body, with [`ReleaseOn::BodyEnd`]). Dropping it at any point
+    /// releases the lock in the background.
     pub struct ResponseFuture<S, ReqBody, ResBody>
     where
         S: Service<Request<ReqBody>>,
@@ -52,8 +53,6 @@ pin_project! {
             #[pin]
             inner: F,
             guard: Option<LockGuard>,
-            #[pin]
-            lost: LostWatch,
         },
         // The inner service answered; the release is on its way to the backend.
         Releasing {
@@ -64,25 +63,13 @@ pin_project! {
     }
 }
 
-pin_project! {
-    #[project = LostWatchProj]
-    enum LostWatch {
-        On { #[pin] lost: WaitForCancellationFutureOwned },
-        Off,
-    }
-}
-
 impl<S, ReqBody, ResBody> ResponseFuture<S, ReqBody, ResBody>
 where
     S: Service<Request<ReqBody>>,
 {
     pub(crate) fn unlocked(inner: S::Future, config: Arc<Config>) -> Self {
         Self {
-            state: State::Running {
-                inner,
-                guard: None,
-                lost: LostWatch::Off,
-            },
+            state: State::Running { inner, guard: None },
             config,
         }
     }
@@ -106,6 +93,7 @@ where
 impl<S, ReqBody, ResBody> Future for ResponseFuture<S, ReqBody, ResBody>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: Body,
 {
     type Output = Result<Response<LockBody<ResBody>>, S::Error>;
 
@@ -121,17 +109,10 @@ where
                     match acquired {
                         Ok(guard) => {
                             request.extensions_mut().insert(HeldLock::new(&guard));
-                            let lost = match this.config.on_lost {
-                                OnLost::Notify => LostWatch::Off,
-                                _ => LostWatch::On {
-                                    lost: guard.lost_token().cancelled_owned(),
-                                },
-                            };
                             let inner = service.call(request);
                             this.state.set(State::Running {
                                 inner,
                                 guard: Some(guard),
-                                lost,
                             });
                         }
                         Err(rejection) => {
@@ -140,33 +121,42 @@ where
                         }
                     }
                 }
-                StateProj::Running { inner, guard, lost } => {
-                    // A response that is ready stands, even if the loss is noticed at once.
+                StateProj::Running { inner, guard } => {
+                    // The inner future goes first: a response that is ready stands, even if the
+                    // lock turns out lost at the same time, and a handler that answers at once
+                    // never arms the heartbeat's timer.
                     if let Poll::Ready(result) = inner.poll(cx) {
                         let Some(guard) = guard.take() else {
                             this.state.set(State::Done);
                             return Poll::Ready(result.map(|r| r.map(LockBody::inner)));
                         };
-                        match (this.config.release, result) {
-                            (ReleaseOn::BodyEnd, Ok(response)) => {
+                        let output = match (this.config.release, result) {
+                            (ReleaseOn::BodyEnd, Ok(response))
+                                if !response.body().is_end_stream() =>
+                            {
                                 let watch = !matches!(this.config.on_lost, OnLost::Notify);
                                 this.state.set(State::Done);
                                 return Poll::Ready(Ok(
                                     response.map(|body| LockBody::holding(body, guard, watch))
                                 ));
                             }
-                            (_, result) => {
-                                this.state.set(State::Releasing {
-                                    release: release(guard),
-                                    output: Some(result.map(|r| r.map(LockBody::inner))),
-                                });
-                                continue;
-                            }
-                        }
+                            (_, result) => result.map(|r| r.map(LockBody::inner)),
+                        };
+                        this.state.set(State::Releasing {
+                            release: release(guard),
+                            output: Some(output),
+                        });
+                        continue;
                     }
-                    if let LostWatchProj::On { lost } = lost.project() {
-                        ready!(lost.poll(cx));
-                        let reason = lost_reason(guard.as_ref());
+                    let Some(held) = guard.as_mut() else {
+                        return Poll::Pending;
+                    };
+                    // The heartbeat runs here, in the request's own task: a timer for the next
+                    // extend, extends inline when it fires.
+                    let lost = syncguard::__private::poll_keeper(held, cx);
+                    if let Poll::Ready(reason) = lost
+                        && !matches!(this.config.on_lost, OnLost::Notify)
+                    {
                         tracing::warn!(%reason, "syncguard_tower: lock lost while the handler ran; cancelling it");
                         this.state.set(State::Done); // drops the handler and the guard
                         return Poll::Ready(Ok(Rejection::Lost(reason).into_response(this.config)));

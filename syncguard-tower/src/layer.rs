@@ -97,15 +97,16 @@ pub(crate) struct Config {
 #[must_use]
 pub struct LockLayer<K> {
     backend: Arc<dyn LockBackend>,
-    make_key: K,
+    // Shared, not cloned: axum clones the service for every request.
+    make_key: Arc<K>,
     config: Arc<Config>,
 }
 
-impl<K: Clone> Clone for LockLayer<K> {
+impl<K> Clone for LockLayer<K> {
     fn clone(&self) -> Self {
         Self {
             backend: Arc::clone(&self.backend),
-            make_key: self.make_key.clone(),
+            make_key: Arc::clone(&self.make_key),
             config: Arc::clone(&self.config),
         }
     }
@@ -162,7 +163,7 @@ impl<K> LockLayer<K> {
     fn build(backend: Arc<dyn LockBackend>, make_key: K) -> Self {
         Self {
             backend,
-            make_key,
+            make_key: Arc::new(make_key),
             config: Arc::new(Config {
                 ttl: syncguard::DEFAULT_TTL,
                 retry: RetryPolicy::single_attempt(),
@@ -335,14 +336,14 @@ impl<K> LockLayer<K> {
     }
 }
 
-impl<S, K: Clone> Layer<S> for LockLayer<K> {
+impl<S, K> Layer<S> for LockLayer<K> {
     type Service = LockService<S, K>;
 
     fn layer(&self, inner: S) -> Self::Service {
         LockService::new(
             inner,
             Arc::clone(&self.backend),
-            self.make_key.clone(),
+            Arc::clone(&self.make_key),
             Arc::clone(&self.config),
         )
     }

@@ -40,7 +40,7 @@ use crate::response::Rejection;
 pub struct LockService<S, K> {
     inner: S,
     backend: Arc<dyn LockBackend>,
-    make_key: K,
+    make_key: Arc<K>,
     config: Arc<Config>,
 }
 
@@ -48,7 +48,7 @@ impl<S, K> LockService<S, K> {
     pub(crate) fn new(
         inner: S,
         backend: Arc<dyn LockBackend>,
-        make_key: K,
+        make_key: Arc<K>,
         config: Arc<Config>,
     ) -> Self {
         Self {
@@ -75,12 +75,12 @@ impl<S, K> LockService<S, K> {
     }
 }
 
-impl<S: Clone, K: Clone> Clone for LockService<S, K> {
+impl<S: Clone, K> Clone for LockService<S, K> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
             backend: Arc::clone(&self.backend),
-            make_key: self.make_key.clone(),
+            make_key: Arc::clone(&self.make_key),
             config: Arc::clone(&self.config),
         }
     }
@@ -132,7 +132,8 @@ fn acquire(backend: Arc<dyn LockBackend>, key: String, config: Arc<Config>) -> A
         if let Some(max_hold) = config.max_hold {
             options = options.with_max_hold(max_hold);
         }
-        match syncguard::acquire(&backend, &options).await {
+        // The response future runs the heartbeat itself (see `ResponseFuture`).
+        match syncguard::__private::acquire_driven(Arc::clone(&backend), &options).await {
             Ok(guard) => Ok(guard),
             Err(error) => {
                 Err(

@@ -1,7 +1,11 @@
 //! Holding a lock: the guard, its heartbeat, and loss detection.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{Ordering, fence};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -52,10 +56,31 @@ use crate::{Fence, LockError, LockId, LostReason};
 pub struct LockGuard {
     shared: Arc<Shared>,
     backend: Arc<dyn LockBackend>,
-    keeper: Option<AbortOnDropHandle<()>>,
+    keeper: Keeper,
     /// Whether dropping the guard should still release the lock.
     release_on_drop: bool,
 }
+
+/// What keeps the lock alive (heartbeat and loss detection).
+enum Keeper {
+    /// A spawned task, aborted when this is dropped: it runs with nobody polling the guard.
+    Task {
+        _abort_on_drop: AbortOnDropHandle<()>,
+    },
+    /// Run by the guard's owner through [`LockGuard::poll_keeper`], inside the owner's task,
+    /// so that holding a lock for a short request costs no task, no cross-thread wake-up and
+    /// no timer. The future is only created once the owner has to wait.
+    Driven {
+        policy: KeepPolicy,
+        // Only ever reached through `&mut` (`get_mut`, no locking): the mutex is there to
+        // keep `LockGuard: Sync`, which the future (holding backend futures) is not.
+        running: Option<Mutex<KeepFuture>>,
+    },
+    /// Released, or lost (the keeper ends once it marks the lock lost).
+    Stopped,
+}
+
+type KeepFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// State shared between the guard and its keeper task.
 struct Shared {
@@ -68,8 +93,10 @@ struct Shared {
     lease: Mutex<LeaseState>,
     /// Wakes the keeper when a manual extend moved the deadline.
     renewed: Notify,
-    lost: CancellationToken,
+    /// Set once, when the lock is lost.
     lost_reason: OnceLock<LostReason>,
+    /// Cancelled when the lock is lost. Made on first use: most holders never ask for it.
+    lost_token: OnceLock<CancellationToken>,
     observer: Option<Arc<dyn LockObserver>>,
 }
 
@@ -133,10 +160,15 @@ impl SentAt {
 pub(crate) struct KeepPolicy {
     pub(crate) heartbeat: bool,
     pub(crate) max_hold: Option<Duration>,
+    /// Whether the guard's owner runs the keeper ([`LockGuard::poll_keeper`]) instead of a
+    /// spawned task.
+    pub(crate) driven: bool,
 }
 
 impl LockGuard {
-    /// Wraps a fresh lease and starts its keeper task (heartbeat and loss detection).
+    /// Wraps a fresh lease. With `policy.driven`, the owner runs the keeper (heartbeat and
+    /// loss detection) with [`poll_keeper`](Self::poll_keeper); otherwise a task is spawned
+    /// for it.
     ///
     /// Must be called within a tokio runtime.
     pub(crate) fn start(
@@ -162,17 +194,90 @@ impl LockGuard {
             }),
             clock,
             renewed: Notify::new(),
-            lost: CancellationToken::new(),
             lost_reason: OnceLock::new(),
+            lost_token: OnceLock::new(),
             observer,
         });
-        let keeper = tokio::spawn(keep(Arc::clone(&shared), Arc::clone(&backend), policy));
+        let keeper = if policy.driven {
+            Keeper::Driven {
+                policy,
+                running: None,
+            }
+        } else {
+            let task = tokio::spawn(keep(Arc::clone(&shared), Arc::clone(&backend), policy));
+            Keeper::Task {
+                _abort_on_drop: AbortOnDropHandle::new(task),
+            }
+        };
         Self {
             shared,
             backend,
-            keeper: Some(AbortOnDropHandle::new(keeper)),
+            keeper,
             release_on_drop: true,
         }
+    }
+
+    /// Runs the keeper of a driven guard: extends the lock when due and notices its loss.
+    /// `Ready` with the reason once the lock is lost, `Pending` while it is held (the waker of
+    /// `cx` is woken when the next extend is due, or when an extend in flight completes).
+    ///
+    /// The owner calls it whenever its task is polled while it holds the lock; a heartbeat
+    /// only happens while somebody polls. A guard whose keeper is a task (from
+    /// [`acquire`](crate::acquire), or after [`detach_keeper`](Self::detach_keeper)) is kept
+    /// by that task: this only reports whether it is lost, and registers no waker.
+    pub(crate) fn poll_keeper(&mut self, cx: &mut Context<'_>) -> Poll<LostReason> {
+        let Self {
+            shared,
+            backend,
+            keeper,
+            ..
+        } = self;
+        if let Keeper::Driven { policy, running } = keeper {
+            let keeping = running.get_or_insert_with(|| {
+                Mutex::new(Box::pin(keep(
+                    Arc::clone(shared),
+                    Arc::clone(backend),
+                    *policy,
+                )))
+            });
+            let keeping = keeping
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if keeping.as_mut().poll(cx).is_ready() {
+                *keeper = Keeper::Stopped;
+            }
+        }
+        match self.lost_reason() {
+            Some(reason) => Poll::Ready(reason),
+            None => Poll::Pending,
+        }
+    }
+
+    /// Hands the keeper of a driven guard over to a spawned task, for when the lock must be
+    /// kept while nobody polls the guard. The guard then behaves as one from
+    /// [`acquire`](crate::acquire). No effect on a guard whose keeper is already a task, or
+    /// whose lock is lost.
+    ///
+    /// Must be called within a tokio runtime.
+    pub(crate) fn detach_keeper(&mut self) {
+        let Keeper::Driven { policy, running } = &mut self.keeper else {
+            return;
+        };
+        let running = running.take().map(|running| {
+            running
+                .into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        });
+        let keeping = running.unwrap_or_else(|| {
+            Box::pin(keep(
+                Arc::clone(&self.shared),
+                Arc::clone(&self.backend),
+                *policy,
+            ))
+        });
+        self.keeper = Keeper::Task {
+            _abort_on_drop: AbortOnDropHandle::new(tokio::spawn(keeping)),
+        };
     }
 
     /// The (NFC-normalized) key this guard holds.
@@ -207,7 +312,7 @@ impl LockGuard {
 
     /// Whether the lock has been lost.
     pub fn is_lost(&self) -> bool {
-        self.shared.lost.is_cancelled()
+        self.shared.is_lost()
     }
 
     /// Why the lock was lost, if it was.
@@ -217,14 +322,14 @@ impl LockGuard {
 
     /// Completes when the lock is lost, with the reason; never completes while it is held.
     pub async fn lost(&self) -> LostReason {
-        self.shared.lost.cancelled().await;
+        self.shared.lost_token().cancelled().await;
         self.lost_reason().unwrap_or(LostReason::NotHeld)
     }
 
     /// A token that is cancelled when the lock is lost, for work that already listens to a
     /// [`CancellationToken`]. It is not cancelled by a release.
     pub fn lost_token(&self) -> CancellationToken {
-        self.shared.lost.clone()
+        self.shared.lost_token().clone()
     }
 
     /// Extends the lock now to *now + `ttl`*, on top of (or instead of) the heartbeat.
@@ -254,7 +359,7 @@ impl LockGuard {
     /// # Errors
     /// Backend errors as they come; the lock then expires at the end of its ttl.
     pub async fn release(mut self) -> Result<bool, LockError> {
-        self.keeper = None; // aborts the heartbeat
+        self.keeper = Keeper::Stopped; // stops the heartbeat
         let outcome = self.backend.release(&self.shared.lock_id).await;
         // Reached the backend: no second release on drop. (If this future is dropped before
         // here, the drop releases in the background instead.)
@@ -269,7 +374,7 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        self.keeper = None;
+        self.keeper = Keeper::Stopped;
         // A lock the backend already disowned needs no release; one whose lease merely ran
         // out locally (backend unreachable) may still be stored, so release it.
         if !self.release_on_drop || self.lost_reason() == Some(LostReason::NotHeld) {
@@ -292,6 +397,64 @@ impl Drop for LockGuard {
                 }
             }
         });
+    }
+}
+
+/// A cheap handle on what a [`LockGuard`] holds (key, lock id, fence) and on its loss, for
+/// code that must not own the guard, such as a request's extensions. Cloning it copies no
+/// string. It does not keep the lock: that stays the guard's job.
+#[derive(Clone)]
+pub struct GuardView {
+    shared: Arc<Shared>,
+}
+
+impl GuardView {
+    /// The view of `guard`.
+    pub fn of(guard: &LockGuard) -> Self {
+        Self {
+            shared: Arc::clone(&guard.shared),
+        }
+    }
+
+    /// As [`LockGuard::key`].
+    pub fn key(&self) -> &str {
+        &self.shared.key
+    }
+
+    /// As [`LockGuard::lock_id`].
+    pub fn lock_id(&self) -> &LockId {
+        &self.shared.lock_id
+    }
+
+    /// As [`LockGuard::fence`].
+    pub fn fence(&self) -> Fence {
+        self.shared.fence
+    }
+
+    /// As [`LockGuard::is_lost`].
+    pub fn is_lost(&self) -> bool {
+        self.shared.is_lost()
+    }
+
+    /// As [`LockGuard::lost_reason`].
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.shared.lost_reason.get().copied()
+    }
+
+    /// The token [`LockGuard::lost_token`] clones.
+    pub fn lost_token(&self) -> &CancellationToken {
+        self.shared.lost_token()
+    }
+}
+
+impl fmt::Debug for GuardView {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GuardView")
+            .field("key", &self.shared.key)
+            .field("lock_id", &self.shared.lock_id)
+            .field("fence", &self.shared.fence)
+            .field("lost", &self.lost_reason())
+            .finish()
     }
 }
 
@@ -326,13 +489,31 @@ impl Shared {
         };
     }
 
+    fn is_lost(&self) -> bool {
+        self.lost_reason.get().is_some()
+    }
+
+    fn lost_token(&self) -> &CancellationToken {
+        let token = self.lost_token.get_or_init(CancellationToken::new);
+        // With the fence in `mark_lost`: a loss recorded before the token existed is seen
+        // here, one recorded after sees the token there.
+        fence(Ordering::SeqCst);
+        if self.is_lost() {
+            token.cancel();
+        }
+        token
+    }
+
     fn mark_lost(&self, reason: LostReason) {
         if self.lost_reason.set(reason).is_ok() {
             tracing::warn!(fence = %self.fence, %reason, "syncguard lock lost");
             if let Some(observer) = &self.observer {
                 observer.lost(&self.key, reason, self.acquired_at.elapsed());
             }
-            self.lost.cancel();
+            fence(Ordering::SeqCst);
+            if let Some(token) = self.lost_token.get() {
+                token.cancel();
+            }
         }
     }
 

@@ -1,5 +1,6 @@
 //! Taking a lock: options, waiting, and running work under the lock.
 
+use std::any::Any;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -169,13 +170,32 @@ pub async fn acquire<B>(backend: &B, options: &LockOptions) -> Result<LockGuard,
 where
     B: LockBackend + Clone + 'static,
 {
-    acquire_shared(Arc::new(backend.clone()), options).await
+    acquire_shared(share(backend), options).await
+}
+
+/// `backend` behind an `Arc`. A backend that already is an `Arc<dyn LockBackend>` is shared
+/// as it is: wrapping it again would cost an allocation and an indirection per call.
+pub(crate) fn share<B: LockBackend + Clone + 'static>(backend: &B) -> Arc<dyn LockBackend> {
+    match (backend as &dyn Any).downcast_ref::<Arc<dyn LockBackend>>() {
+        Some(shared) => Arc::clone(shared),
+        None => Arc::new(backend.clone()),
+    }
 }
 
 /// [`acquire`] on an already shared backend.
 pub async fn acquire_shared(
     backend: Arc<dyn LockBackend>,
     options: &LockOptions,
+) -> Result<LockGuard, LockError> {
+    acquire_keeping(backend, options, false).await
+}
+
+/// The waiting loop of every acquire. With `driven`, the guard's keeper is run by its owner
+/// ([`LockGuard::poll_keeper`]) instead of a spawned task.
+pub(crate) async fn acquire_keeping(
+    backend: Arc<dyn LockBackend>,
+    options: &LockOptions,
+    driven: bool,
 ) -> Result<LockGuard, LockError> {
     let key = normalize_key(&options.key)?.into_owned();
     ttl_millis(options.ttl)?;
@@ -204,6 +224,7 @@ pub async fn acquire_shared(
             let policy = KeepPolicy {
                 heartbeat: options.heartbeat,
                 max_hold: options.max_hold,
+                driven,
             };
             return Ok(LockGuard::start(
                 backend,

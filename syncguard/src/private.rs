@@ -1,9 +1,12 @@
-//! Items the `#[locked]` macro's generated code uses. Not public API: no stability promise.
+//! Items the `#[locked]` macro's generated code and `syncguard-tower` use. Not public API: no
+//! stability promise.
 
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 pub use std::time::Duration;
 
+pub use crate::guard::GuardView;
 pub use crate::lock::{acquire_shared, default_backend, release_logged, run_guarded};
 pub use crate::{
     Backoff, Jitter, LockBackend, LockError, LockGuard, LockOptions, LostReason, OnLost,
@@ -41,8 +44,41 @@ pub trait SharedBackend {
 
 impl<B: LockBackend + Clone + 'static> SharedBackend for B {
     fn shared_backend(&self) -> Arc<dyn LockBackend> {
-        Arc::new(self.clone())
+        crate::lock::share(self)
     }
+}
+
+/// Acquires like [`acquire_shared`], but nobody keeps the lock until the guard's owner runs
+/// [`poll_keeper`] (or [`detach_keeper`]): for an owner that is itself a future, which then
+/// holds the lock without a task of its own.
+///
+/// # Errors
+/// As [`acquire_shared`].
+pub async fn acquire_driven(
+    backend: Arc<dyn LockBackend>,
+    options: &LockOptions,
+) -> Result<LockGuard, LockError> {
+    crate::lock::acquire_keeping(backend, options, true).await
+}
+
+/// Runs the keeper of a guard from [`acquire_driven`]: call it from the owner's `poll` each
+/// time the owner is about to return `Pending` while holding the lock. `Ready` with the reason
+/// once the lock is lost; `Pending` while it is held, with the waker of `cx` woken when the
+/// next extend is due (or an extend in flight completes). The heartbeat only runs while the
+/// owner is polled.
+///
+/// On a guard whose keeper is a task (from [`acquire_shared`], or detached) it only reports a
+/// loss and registers no waker.
+pub fn poll_keeper(guard: &mut LockGuard, cx: &mut Context<'_>) -> Poll<LostReason> {
+    guard.poll_keeper(cx)
+}
+
+/// Hands the keeper of a guard from [`acquire_driven`] over to a spawned task, for when the
+/// lock must be kept while nobody polls the owner (a response body waiting for a slow
+/// client). The guard then behaves as one from [`acquire_shared`]. Must be called within a
+/// tokio runtime.
+pub fn detach_keeper(guard: &mut LockGuard) {
+    guard.detach_keeper();
 }
 
 /// The error a `#[locked]` function returns when its lock was lost.

@@ -3,12 +3,14 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
+use syncguard::__private::{acquire_driven, detach_keeper, poll_keeper};
 use syncguard::{
     AcquireOutcome, Backoff, BoxFuture, Capabilities, ErrorCode, ExtendOutcome, Jitter,
-    LockBackend, LockError, LockId, LockInfo, LockOptions, Lookup, LostReason, MemoryBackend,
-    ReleaseOutcome, RetryPolicy, acquire, with_lock,
+    LockBackend, LockError, LockGuard, LockId, LockInfo, LockOptions, Lookup, LostReason,
+    MemoryBackend, ReleaseOutcome, RetryPolicy, acquire, with_lock,
 };
 use tokio::time::{Instant, sleep, timeout};
 
@@ -292,4 +294,109 @@ async fn with_lock_converts_errors_and_releases_on_every_path() {
         matches!(busy, Err(JobError::Lock(ref e)) if e.is_contended()),
         "{busy:?}"
     );
+}
+
+/// Runs the keeper of a driven guard for `duration`, as an owner future does while its work
+/// is pending; the loss, if the lock was lost.
+async fn drive(guard: &mut LockGuard, duration: Duration) -> Option<LostReason> {
+    let work = sleep(duration);
+    tokio::pin!(work);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(reason) = poll_keeper(guard, cx) {
+            return Poll::Ready(Some(reason));
+        }
+        work.as_mut().poll(cx).map(|()| None)
+    })
+    .await
+}
+
+fn alive_tasks() -> usize {
+    tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks()
+}
+
+#[tokio::test]
+async fn a_driven_guard_heartbeats_in_its_owners_task() {
+    let backend = MemoryBackend::new();
+    let options = LockOptions::new("driven:1").with_ttl(Duration::from_millis(300));
+    let tasks = alive_tasks();
+    let mut guard = acquire_driven(Arc::new(backend.clone()), &options)
+        .await
+        .unwrap();
+    // Well past the lease and the 1 s tolerance: only extends keep the key held.
+    assert_eq!(drive(&mut guard, Duration::from_millis(1600)).await, None);
+    assert_eq!(alive_tasks(), tasks, "no keeper task");
+    assert!(backend.is_locked("driven:1").await.unwrap());
+    assert!(guard.release().await.unwrap());
+    assert_eq!(alive_tasks(), tasks, "no release task");
+}
+
+#[tokio::test]
+async fn a_driven_guard_reports_its_loss() {
+    let backend = Flaky::default();
+    let options = LockOptions::new("driven:2").with_ttl(Duration::from_millis(600));
+    let mut guard = acquire_driven(Arc::new(backend.clone()), &options)
+        .await
+        .unwrap();
+    backend.failing_extends.store(true, Ordering::SeqCst);
+    let started = Instant::now();
+    let lost = drive(&mut guard, Duration::from_secs(10)).await;
+    assert_eq!(lost, Some(LostReason::LeaseExpired));
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(guard.is_lost());
+    assert!(guard.lost_token().is_cancelled());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detached_keeper_keeps_the_lock_with_nobody_polling() {
+    let backend = MemoryBackend::new();
+    let options = LockOptions::new("driven:3").with_ttl(Duration::from_millis(300));
+    let tasks = alive_tasks();
+    let mut guard = acquire_driven(Arc::new(backend.clone()), &options)
+        .await
+        .unwrap();
+    // Driven for a while (its timer armed), then handed over to a task.
+    assert_eq!(drive(&mut guard, Duration::from_millis(150)).await, None);
+    detach_keeper(&mut guard);
+    assert_eq!(alive_tasks(), tasks + 1);
+    sleep(Duration::from_millis(1600)).await;
+    assert!(!guard.is_lost(), "{:?}", guard.lost_reason());
+    assert!(backend.is_locked("driven:3").await.unwrap());
+    assert!(guard.release().await.unwrap());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while alive_tasks() > tasks {
+        assert!(
+            Instant::now() < deadline,
+            "the keeper task outlived its guard"
+        );
+        sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loss_token_asked_for_after_the_loss_is_already_cancelled() {
+    let backend = MemoryBackend::new();
+    let options = LockOptions::new("lost:late")
+        .with_ttl(Duration::from_millis(200))
+        .with_heartbeat(false);
+    let guard = acquire(&backend, &options).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !guard.is_lost() {
+        assert!(Instant::now() < deadline, "the lease never ran out");
+        sleep(Duration::from_millis(10)).await;
+    }
+    assert!(guard.lost_token().is_cancelled());
+    let reason = timeout(Duration::from_secs(1), guard.lost()).await.unwrap();
+    assert_eq!(reason, LostReason::LeaseExpired);
+}
+
+#[test]
+fn guards_can_be_shared_and_sent() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<LockGuard>();
 }
