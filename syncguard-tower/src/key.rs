@@ -120,7 +120,12 @@ fn concat(parts: &[&str]) -> String {
 }
 
 fn header_value<'r, B>(request: &'r Request<B>, name: &HeaderName) -> Option<Cow<'r, str>> {
-    let value = String::from_utf8_lossy(request.headers().get(name)?.as_bytes());
+    let value = request.headers().get(name)?;
+    // Visible ASCII (the usual case) is checked faster than UTF-8 is decoded.
+    let value = match value.to_str() {
+        Ok(text) => Cow::Borrowed(text),
+        Err(_) => String::from_utf8_lossy(value.as_bytes()),
+    };
     if value.trim().is_empty() {
         None
     } else {

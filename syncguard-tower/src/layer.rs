@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::StatusCode;
-use syncguard::{LockBackend, OnLost, RetryPolicy};
+use syncguard::{LockBackend, LockOptions, OnLost, RetryPolicy};
 use tower::Layer;
 
 use crate::service::LockService;
@@ -35,10 +35,9 @@ pub enum ReleaseOn {
 /// Settings shared by every service of one layer.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
-    pub(crate) ttl: Duration,
-    pub(crate) retry: RetryPolicy,
-    pub(crate) heartbeat: bool,
-    pub(crate) max_hold: Option<Duration>,
+    /// How every request's lock is taken and kept (ttl, waiting, heartbeat, hold cap); the key
+    /// is each request's own, so the one here is empty and unused.
+    pub(crate) lock: LockOptions,
     pub(crate) release: ReleaseOn,
     pub(crate) on_lost: OnLost,
     /// The HTTP status for a contended key.
@@ -165,10 +164,10 @@ impl<K> LockLayer<K> {
             backend,
             make_key: Arc::new(make_key),
             config: Arc::new(Config {
-                ttl: syncguard::DEFAULT_TTL,
-                retry: RetryPolicy::single_attempt(),
-                heartbeat: true,
-                max_hold: None,
+                lock: LockOptions::new(String::new())
+                    .with_ttl(syncguard::DEFAULT_TTL)
+                    .with_retry(RetryPolicy::single_attempt())
+                    .with_heartbeat(true),
                 release: ReleaseOn::default(),
                 on_lost: OnLost::Cancel,
                 contended_status: StatusCode::LOCKED,
@@ -180,6 +179,12 @@ impl<K> LockLayer<K> {
 
     fn config(&mut self) -> &mut Config {
         Arc::make_mut(&mut self.config)
+    }
+
+    fn lock_options(mut self, set: impl FnOnce(LockOptions) -> LockOptions) -> Self {
+        let lock = &mut self.config().lock;
+        *lock = set(std::mem::replace(lock, LockOptions::new(String::new())));
+        self
     }
 
     /// How long a lock lives without an extend: how quickly the key frees up when the replica
@@ -195,12 +200,11 @@ impl<K> LockLayer<K> {
     ///     .with_ttl(Duration::from_secs(5));
     /// # let _ = layer;
     /// ```
-    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+    pub fn with_ttl(self, ttl: Duration) -> Self {
         if let Err(error) = syncguard::time::ttl_millis(ttl) {
             panic!("LockLayer::with_ttl: {error}");
         }
-        self.config().ttl = ttl;
-        self
+        self.lock_options(|lock| lock.with_ttl(ttl))
     }
 
     /// Waits up to `wait` for a held key to free up (retrying with syncguard's default
@@ -235,9 +239,8 @@ impl<K> LockLayer<K> {
     ///     .with_retry(RetryPolicy::new().with_base_delay(Duration::from_millis(20)));
     /// # let _ = layer;
     /// ```
-    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
-        self.config().retry = retry;
-        self
+    pub fn with_retry(self, retry: RetryPolicy) -> Self {
+        self.lock_options(|lock| lock.with_retry(retry))
     }
 
     /// Whether to extend the lock while the request runs (default on). Without it, a request
@@ -249,9 +252,8 @@ impl<K> LockLayer<K> {
     ///     .with_heartbeat(false);
     /// # let _ = layer;
     /// ```
-    pub fn with_heartbeat(mut self, heartbeat: bool) -> Self {
-        self.config().heartbeat = heartbeat;
-        self
+    pub fn with_heartbeat(self, heartbeat: bool) -> Self {
+        self.lock_options(|lock| lock.with_heartbeat(heartbeat))
     }
 
     /// Stops extending once a request has held its lock this long; the lock then runs out and
@@ -265,9 +267,8 @@ impl<K> LockLayer<K> {
     ///     .with_max_hold(Duration::from_secs(60));
     /// # let _ = layer;
     /// ```
-    pub fn with_max_hold(mut self, max_hold: Duration) -> Self {
-        self.config().max_hold = Some(max_hold);
-        self
+    pub fn with_max_hold(self, max_hold: Duration) -> Self {
+        self.lock_options(|lock| lock.with_max_hold(max_hold))
     }
 
     /// When to release the lock: see [`ReleaseOn`].

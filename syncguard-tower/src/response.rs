@@ -43,7 +43,7 @@ impl Rejection {
                 retry_after_secs: retry_after_secs(
                     expires_at_ms,
                     syncguard::time::now_ms(),
-                    config.ttl,
+                    config.lock.ttl(),
                 ),
             };
         }

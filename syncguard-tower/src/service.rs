@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::{Request, Response};
-use syncguard::{LockBackend, LockOptions};
+use syncguard::LockBackend;
 use tower::Service;
 
 use crate::body::{BoxError, LockBody};
@@ -125,21 +125,11 @@ where
 
 fn acquire(backend: Arc<dyn LockBackend>, key: String, config: Arc<Config>) -> AcquireFuture {
     Box::pin(async move {
-        let mut options = LockOptions::new(key)
-            .with_ttl(config.ttl)
-            .with_retry(config.retry)
-            .with_heartbeat(config.heartbeat);
-        if let Some(max_hold) = config.max_hold {
-            options = options.with_max_hold(max_hold);
-        }
         // The response future runs the heartbeat itself (see `ResponseFuture`).
-        match syncguard::__private::acquire_driven(Arc::clone(&backend), &options).await {
+        match syncguard::__private::acquire_driven(Arc::clone(&backend), key, &config.lock).await {
             Ok(guard) => Ok(guard),
-            Err(error) => {
-                Err(
-                    Rejection::from_acquire_error(error, backend.as_ref(), options.key(), &config)
-                        .await,
-                )
+            Err((error, key)) => {
+                Err(Rejection::from_acquire_error(error, backend.as_ref(), &key, &config).await)
             }
         }
     })

@@ -189,7 +189,9 @@ impl LockGuard {
             ttl,
             acquired_at: sent_at,
             lease: Mutex::new(LeaseState {
-                deadline: clock.deadline(sent_at, ttl, lease.expires_at_ms),
+                // What `clock.deadline` would say: the clock was calibrated on this very lease,
+                // so its authoritative expiry is the ttl from the send. No clock reading needed.
+                deadline: sent_at + ttl,
                 expires_at_ms: lease.expires_at_ms,
             }),
             clock,

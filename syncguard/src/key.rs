@@ -48,6 +48,10 @@ pub fn normalize_key(key: &str) -> Result<Cow<'_, str>, LockError> {
 }
 
 fn nfc(value: &str) -> Cow<'_, str> {
+    // ASCII is always in NFC, and telling it is much cheaper than the quick check.
+    if value.is_ascii() {
+        return Cow::Borrowed(value);
+    }
     match is_nfc_quick(value.chars()) {
         IsNormalized::Yes => Cow::Borrowed(value),
         IsNormalized::No | IsNormalized::Maybe => {

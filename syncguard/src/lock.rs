@@ -1,14 +1,14 @@
 //! Taking a lock: options, waiting, and running work under the lock.
 
 use std::any::Any;
+use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tokio::time::Instant;
-
-use crate::backend::{AcquireOutcome, LockBackend};
+use crate::backend::{AcquireOutcome, Lease, LockBackend};
 use crate::guard::{KeepPolicy, LockGuard, SentAt};
 use crate::key::normalize_key;
+use crate::observe::LockObserver;
 use crate::time::ttl_millis;
 use crate::{LockError, LostReason, RetryPolicy};
 
@@ -197,44 +197,102 @@ pub(crate) async fn acquire_keeping(
     options: &LockOptions,
     driven: bool,
 ) -> Result<LockGuard, LockError> {
-    let key = normalize_key(&options.key)?.into_owned();
+    let key = normalize_key(&options.key)?;
+    let taken = take_lease(backend.as_ref(), options, &key).await?;
+    Ok(taken.into_guard(backend, key.into_owned(), options, driven))
+}
+
+/// [`acquire_keeping`] with a driven keeper, for an owner that has the key of this one
+/// acquisition apart from the options it shares with others (whose own key is not read): the
+/// key moves into the guard instead of being copied, and comes back with the error.
+pub(crate) async fn acquire_driven(
+    backend: Arc<dyn LockBackend>,
+    key: String,
+    options: &LockOptions,
+) -> Result<LockGuard, (LockError, String)> {
+    let normalized = match normalize_key(&key) {
+        Ok(normalized) => normalized,
+        Err(error) => return Err((error, key)),
+    };
+    let taken = take_lease(backend.as_ref(), options, &normalized).await;
+    let normalized = match normalized {
+        Cow::Owned(normalized) => Some(normalized),
+        Cow::Borrowed(_) => None,
+    };
+    match taken {
+        Ok(taken) => Ok(taken.into_guard(backend, normalized.unwrap_or(key), options, true)),
+        Err(error) => Err((error, key)),
+    }
+}
+
+/// A lease just taken, with what its guard needs.
+struct Taken {
+    lease: Lease,
+    sent: SentAt,
+    observer: Option<Arc<dyn LockObserver>>,
+}
+
+impl Taken {
+    fn into_guard(
+        self,
+        backend: Arc<dyn LockBackend>,
+        key: String,
+        options: &LockOptions,
+        driven: bool,
+    ) -> LockGuard {
+        let policy = KeepPolicy {
+            heartbeat: options.heartbeat,
+            max_hold: options.max_hold,
+            driven,
+        };
+        LockGuard::start(
+            backend,
+            key,
+            options.ttl,
+            self.lease,
+            self.sent,
+            policy,
+            self.observer,
+        )
+    }
+}
+
+/// Tries to take the lock on the (normalized) `key`, waiting and retrying as `options` say.
+async fn take_lease(
+    backend: &dyn LockBackend,
+    options: &LockOptions,
+    key: &str,
+) -> Result<Taken, LockError> {
     ttl_millis(options.ttl)?;
     let observer = backend.observer();
     let retry = &options.retry;
-    let started = Instant::now();
+    // When the first attempt is sent: the start of the wait.
+    let first = SentAt::now();
+    let started = first.instant;
     let mut delays = retry.delays();
     let mut attempts = 0_u32;
     let gave_up = |error: LockError, attempts: u32| {
         if let Some(observer) = &observer {
-            observer.gave_up(&key, &error, started.elapsed(), attempts);
+            observer.gave_up(key, &error, started.elapsed(), attempts);
         }
         error
     };
     loop {
         attempts += 1;
-        let sent = SentAt::now();
-        let outcome = match backend.acquire(&key, options.ttl).await {
+        let sent = if attempts == 1 { first } else { SentAt::now() };
+        let outcome = match backend.acquire(key, options.ttl).await {
             Ok(outcome) => outcome,
             Err(error) => return Err(gave_up(error, attempts)),
         };
         if let AcquireOutcome::Acquired(lease) = outcome {
             if let Some(observer) = &observer {
-                observer.acquired(&key, &lease, started.elapsed(), attempts);
+                observer.acquired(key, &lease, started.elapsed(), attempts);
             }
-            let policy = KeepPolicy {
-                heartbeat: options.heartbeat,
-                max_hold: options.max_hold,
-                driven,
-            };
-            return Ok(LockGuard::start(
-                backend,
-                key,
-                options.ttl,
+            return Ok(Taken {
                 lease,
                 sent,
-                policy,
                 observer,
-            ));
+            });
         }
         let remaining = retry.timeout().saturating_sub(started.elapsed());
         match delays.next() {

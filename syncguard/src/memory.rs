@@ -16,10 +16,13 @@ use crate::{Fence, LockError, LockId};
 
 /// Locks within one process: the embedded default backend.
 ///
-/// It implements the whole contract, fences included: each key keeps its own counter, which
-/// survives release and expiry for the life of the backend. That also means memory grows with
-/// the number of *distinct* keys ever locked (the key and about 100 bytes each); held locks
-/// cost about 100 bytes more. Time authority is the local clock.
+/// It implements the whole contract, fences included: each key's fences only grow, and its
+/// counter survives release and expiry for the life of the backend. That also means memory
+/// grows with the number of *distinct* keys ever locked: about 20 bytes each, as the counter is
+/// kept under a 64-bit keyed hash of the key, not the key itself (two keys whose hashes
+/// collide, which clients cannot aim for, would share a counter: their fences still only
+/// grow, with gaps). Held locks cost about 150 bytes more, key included. Time authority is
+/// the local clock.
 ///
 /// Clones share the same locks, so clone it freely into tasks. Locks are not shared between
 /// processes: use PostgreSQL, Redis or Firestore for that.
@@ -41,41 +44,40 @@ pub struct MemoryBackend {
 
 #[derive(Default)]
 struct State {
-    /// Per key ever locked: the fence counter and the current (possibly expired) lock, by the
-    /// keyed hash of the key. Each operation hashes its key once (with the std's
-    /// `RandomState`, as a `HashMap<String, _>` would, so clients cannot aim collisions); the
-    /// table and the index below keep that hash, so that resizing, release and extend never
-    /// hash a key again.
-    slots: HashMap<u64, Bucket, BuildHasherDefault<KnownHash>>,
-    /// Reverse index lock id → hash of its key, for release, extend and lookup by id. It only
-    /// holds the ids of locks still in `slots` (possibly expired).
+    /// The last fence of every key ever locked, by the keyed hash of the key: the only memory
+    /// a key keeps once released. Each operation hashes its key once (with the std's
+    /// `RandomState`, as a `HashMap<String, _>` would), and the tables below keep that hash,
+    /// so that resizing, release and extend never hash a key again.
+    fences: ByHash<u64>,
+    /// The stored locks (live, or expired and not yet dropped), by the hash of their key.
+    locks: ByHash<Bucket>,
+    /// Reverse index lock id → hash of its key, for release, extend and lookup by id. It holds
+    /// the ids of the locks in `locks`, and only those.
     ids: HashMap<LockId, u64, BuildHasherDefault<LockIdHasher>>,
     key_hasher: RandomState,
     /// Acquisitions since the last sweep of expired locks.
     since_sweep: usize,
 }
 
-/// The slots of the keys that share one hash: `first`, and more only if distinct keys
-/// collide on all 64 bits (an empty `Vec` allocates nothing).
-struct Bucket {
-    first: Slot,
-    collided: Vec<Slot>,
-}
+/// A table keyed by hashes computed beforehand.
+type ByHash<V> = HashMap<u64, V, BuildHasherDefault<KnownHash>>;
 
-struct Slot {
-    key: Box<str>,
-    fence: u64,
-    lock: Option<Held>,
+/// The locks stored under one hash: `first`, and more only if distinct keys collide on all
+/// 64 bits (an empty `Vec` allocates nothing).
+struct Bucket {
+    first: Held,
+    collided: Vec<Held>,
 }
 
 struct Held {
+    key: Box<str>,
     lock_id: LockId,
     expires_at_ms: u64,
     acquired_at_ms: u64,
     fence: Fence,
 }
 
-/// The hasher of `State::slots`, whose keys already are hashes.
+/// The hasher of the tables whose keys already are hashes.
 #[derive(Default)]
 struct KnownHash(u64);
 
@@ -120,59 +122,48 @@ impl Hasher for LockIdHasher {
 }
 
 impl Bucket {
-    fn new(key: &str) -> Self {
-        Self {
-            first: Slot::new(key),
-            collided: Vec::new(),
-        }
-    }
-
-    fn slots(&self) -> impl Iterator<Item = &Slot> {
+    fn locks(&self) -> impl Iterator<Item = &Held> {
         std::iter::once(&self.first).chain(&self.collided)
     }
 
-    /// The slot of `key`, added if the key is new.
-    fn slot_of(&mut self, key: &str) -> &mut Slot {
-        if *self.first.key == *key {
-            return &mut self.first;
-        }
-        match self.collided.iter().position(|slot| *slot.key == *key) {
-            Some(index) => &mut self.collided[index],
-            None => {
-                self.collided.push(Slot::new(key));
-                self.collided.last_mut().expect("pushed just above")
-            }
-        }
-    }
-
-    /// The slot whose lock `lock_id` holds (live or not).
-    fn slot_held_by(&mut self, lock_id: &LockId) -> Option<&mut Slot> {
-        std::iter::once(&mut self.first)
-            .chain(&mut self.collided)
-            .find(|slot| slot.is_held_by(lock_id))
+    fn locks_mut(&mut self) -> impl Iterator<Item = &mut Held> {
+        std::iter::once(&mut self.first).chain(&mut self.collided)
     }
 }
 
-impl Slot {
-    fn new(key: &str) -> Self {
-        Self {
-            key: key.into(),
-            fence: 0,
-            lock: None,
-        }
+impl Held {
+    fn is_live(&self, now: u64) -> bool {
+        is_live(self.expires_at_ms, now)
     }
+}
 
-    fn is_held_by(&self, lock_id: &LockId) -> bool {
-        self.lock
-            .as_ref()
-            .is_some_and(|held| held.lock_id == *lock_id)
-    }
+/// The stored lock under `hash` that `is_it` picks (by key, or by lock id: an explicit
+/// ownership check even though the index points here).
+fn find_lock(
+    locks: &mut ByHash<Bucket>,
+    hash: u64,
+    is_it: impl Fn(&Held) -> bool,
+) -> Option<&mut Held> {
+    locks.get_mut(&hash)?.locks_mut().find(|held| is_it(held))
+}
 
-    fn live_lock(&self, now: u64) -> Option<&Held> {
-        self.lock
-            .as_ref()
-            .filter(|held| is_live(held.expires_at_ms, now))
+/// Removes the stored lock `lock_id` holds under `hash` (not its index entry).
+fn take_lock(locks: &mut ByHash<Bucket>, hash: u64, lock_id: &LockId) -> Option<Held> {
+    let Entry::Occupied(mut entry) = locks.entry(hash) else {
+        return None;
+    };
+    let bucket = entry.get_mut();
+    if bucket.first.lock_id == *lock_id {
+        return Some(match bucket.collided.pop() {
+            Some(next) => std::mem::replace(&mut bucket.first, next),
+            None => entry.remove().first,
+        });
     }
+    let index = bucket
+        .collided
+        .iter()
+        .position(|held| held.lock_id == *lock_id)?;
+    Some(bucket.collided.swap_remove(index))
 }
 
 impl MemoryBackend {
@@ -193,26 +184,26 @@ impl MemoryBackend {
     fn find_live<R>(
         &self,
         query: Lookup<'_>,
-        view: impl FnOnce(&str, &Held) -> R,
+        view: impl FnOnce(&Held) -> R,
     ) -> Result<Option<R>, LockError> {
         let now = now_ms();
         let state = self.state();
-        let slot = match query {
+        let found = match query {
             Lookup::Key(key) => {
                 let key = normalize_key(key)?;
                 let hash = state.key_hasher.hash_one(&*key);
                 state
-                    .slots
+                    .locks
                     .get(&hash)
-                    .and_then(|bucket| bucket.slots().find(|slot| *slot.key == *key))
+                    .and_then(|bucket| bucket.locks().find(|held| *held.key == *key))
             }
             Lookup::LockId(lock_id) => state
                 .ids
                 .get(lock_id)
-                .and_then(|hash| state.slots.get(hash))
-                .and_then(|bucket| bucket.slots().find(|slot| slot.is_held_by(lock_id))),
+                .and_then(|hash| state.locks.get(hash))
+                .and_then(|bucket| bucket.locks().find(|held| held.lock_id == *lock_id)),
         };
-        Ok(slot.and_then(|slot| Some(view(&slot.key, slot.live_lock(now)?))))
+        Ok(found.filter(|held| held.is_live(now)).map(view))
     }
 }
 
@@ -231,25 +222,37 @@ impl State {
         now: u64,
     ) -> Result<AcquireOutcome, LockError> {
         self.sweep_if_due(now);
-        let slot = match self.slots.entry(hash) {
-            Entry::Occupied(bucket) => bucket.into_mut().slot_of(key),
-            Entry::Vacant(bucket) => &mut bucket.insert(Bucket::new(key)).first,
-        };
-        if slot.live_lock(now).is_some() {
+        let stored = find_lock(&mut self.locks, hash, |held| *held.key == *key);
+        if stored.as_ref().is_some_and(|held| held.is_live(now)) {
             return Ok(AcquireOutcome::Contended);
         }
-        let fence = Fence::new(slot.fence + 1)?;
-        slot.fence = fence.get();
+        let counter = self.fences.entry(hash).or_insert(0);
+        let fence = Fence::new(*counter + 1)?;
+        *counter = fence.get();
         let lock_id = LockId::generate();
         let expires_at_ms = now + ttl_ms;
-        let previous = slot.lock.replace(Held {
+        let held = Held {
+            key: key.into(),
             lock_id: lock_id.clone(),
             expires_at_ms,
             acquired_at_ms: now,
             fence,
-        });
-        if let Some(previous) = previous {
-            self.ids.remove(&previous.lock_id);
+        };
+        match stored {
+            // An expired lock on the key: replaced, with its index entry.
+            Some(stored) => {
+                let expired = std::mem::replace(stored, held);
+                self.ids.remove(&expired.lock_id);
+            }
+            None => match self.locks.entry(hash) {
+                Entry::Occupied(bucket) => bucket.into_mut().collided.push(held),
+                Entry::Vacant(bucket) => {
+                    bucket.insert(Bucket {
+                        first: held,
+                        collided: Vec::new(),
+                    });
+                }
+            },
         }
         self.ids.insert(lock_id.clone(), hash);
         self.since_sweep += 1;
@@ -261,16 +264,14 @@ impl State {
     }
 
     fn release(&mut self, lock_id: &LockId, now: u64) -> ReleaseOutcome {
-        // Every outcome drops the index entry: take it out at once.
+        // Every outcome drops the index entry and the stored lock.
         let Some(hash) = self.ids.remove(lock_id) else {
             return ReleaseOutcome::NotHeld(Some(NotHeldReason::NotFound));
         };
-        match self.held_slot(hash, lock_id, now) {
-            Ok(slot) => {
-                slot.lock = None;
-                ReleaseOutcome::Released
-            }
-            Err(reason) => ReleaseOutcome::NotHeld(Some(reason)),
+        match take_lock(&mut self.locks, hash, lock_id) {
+            Some(held) if held.is_live(now) => ReleaseOutcome::Released,
+            Some(_) => ReleaseOutcome::NotHeld(Some(NotHeldReason::Expired)),
+            None => ReleaseOutcome::NotHeld(Some(NotHeldReason::NotFound)),
         }
     }
 
@@ -278,65 +279,42 @@ impl State {
         let Some(&hash) = self.ids.get(lock_id) else {
             return ExtendOutcome::NotHeld(Some(NotHeldReason::NotFound));
         };
-        match self.held_slot(hash, lock_id, now) {
-            Ok(slot) => {
-                let held = slot.lock.as_mut().expect("held_slot returns a held lock");
+        let reason = match find_lock(&mut self.locks, hash, |held| held.lock_id == *lock_id) {
+            Some(held) if held.is_live(now) => {
                 held.expires_at_ms = now + ttl_ms;
-                ExtendOutcome::Extended {
+                return ExtendOutcome::Extended {
                     expires_at_ms: held.expires_at_ms,
-                }
+                };
             }
-            Err(reason) => ExtendOutcome::NotHeld(Some(reason)),
-        }
-    }
-
-    /// The slot whose lock `lock_id` holds, if that lock is live; otherwise why not, after
-    /// dropping what no longer leads to a live lock (the expired lock, the index entry).
-    /// `hash` comes from the index; the slot is found by its lock id, an explicit ownership
-    /// check.
-    fn held_slot(
-        &mut self,
-        hash: u64,
-        lock_id: &LockId,
-        now: u64,
-    ) -> Result<&mut Slot, NotHeldReason> {
-        let owned = self
-            .slots
-            .get_mut(&hash)
-            .and_then(|bucket| bucket.slot_held_by(lock_id));
-        let Some(slot) = owned else {
-            self.ids.remove(lock_id);
-            return Err(NotHeldReason::NotFound);
+            // Never revived: dropped instead.
+            Some(_) => {
+                take_lock(&mut self.locks, hash, lock_id);
+                NotHeldReason::Expired
+            }
+            None => NotHeldReason::NotFound,
         };
-        if slot.live_lock(now).is_some() {
-            return Ok(slot);
-        }
-        slot.lock = None;
         self.ids.remove(lock_id);
-        Err(NotHeldReason::Expired)
+        ExtendOutcome::NotHeld(Some(reason))
     }
 
     /// Drops expired locks (never fence counters) once enough acquisitions have happened, so
-    /// that abandoned locks do not pile up. It visits the held locks only, at most once per
+    /// that abandoned locks do not pile up. It visits the stored locks only, at most once per
     /// as many acquisitions: amortized O(1) per acquire.
     fn sweep_if_due(&mut self, now: u64) {
         if self.since_sweep < self.ids.len().max(1024) {
             return;
         }
         self.since_sweep = 0;
-        let slots = &mut self.slots;
-        self.ids.retain(|lock_id, hash| {
-            let Some(slot) = slots
-                .get_mut(hash)
-                .and_then(|bucket| bucket.slot_held_by(lock_id))
-            else {
-                return false;
-            };
-            if slot.live_lock(now).is_some() {
-                return true;
+        let locks = &mut self.locks;
+        self.ids.retain(|lock_id, &mut hash| {
+            match find_lock(locks, hash, |held| held.lock_id == *lock_id) {
+                Some(held) if held.is_live(now) => true,
+                Some(_) => {
+                    take_lock(locks, hash, lock_id);
+                    false
+                }
+                None => false,
             }
-            slot.lock = None;
-            false
         });
     }
 }
@@ -378,7 +356,7 @@ impl LockBackend for MemoryBackend {
 
     fn is_locked<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
         let locked = self
-            .find_live(Lookup::Key(key), |_, _| ())
+            .find_live(Lookup::Key(key), |_| ())
             .map(|found| found.is_some());
         Box::pin(async move { locked })
     }
@@ -387,9 +365,9 @@ impl LockBackend for MemoryBackend {
         &'a self,
         query: Lookup<'a>,
     ) -> BoxFuture<'a, Result<Option<LockInfo>, LockError>> {
-        let info = self.find_live(query, |key, held| {
+        let info = self.find_live(query, |held| {
             LockInfo::new(
-                key.to_owned(),
+                held.key.to_string(),
                 held.lock_id.clone(),
                 held.expires_at_ms,
                 held.acquired_at_ms,
@@ -409,14 +387,7 @@ impl std::fmt::Debug for MemoryBackend {
         let state = self.state();
         f.debug_struct("MemoryBackend")
             .field("held", &state.ids.len())
-            .field(
-                "keys",
-                &state
-                    .slots
-                    .values()
-                    .map(|bucket| bucket.slots().count())
-                    .sum::<usize>(),
-            )
+            .field("keys", &state.fences.len())
             .finish()
     }
 }
@@ -430,37 +401,47 @@ mod tests {
     }
 
     #[test]
-    fn keys_whose_hashes_collide_keep_their_own_locks_and_fences() {
+    fn keys_whose_hashes_collide_keep_their_own_locks() {
         let mut state = State::default();
         let now = 1_000_000;
-        let a = lease(state.acquire_hashed("a", 7, 10_000, now));
-        let b = lease(state.acquire_hashed("b", 7, 10_000, now));
-        assert_eq!((a.fence.get(), b.fence.get()), (1, 1));
-        assert!(
+        let contended = |state: &mut State, key| {
             state
-                .acquire_hashed("a", 7, 10_000, now)
+                .acquire_hashed(key, 7, 10_000, now)
                 .unwrap()
                 .is_contended()
-        );
+        };
+        let a = lease(state.acquire_hashed("a", 7, 10_000, now));
+        let b = lease(state.acquire_hashed("b", 7, 10_000, now));
+        // One counter for the hash: each key's fences still only grow.
+        assert_eq!((a.fence.get(), b.fence.get()), (1, 2));
+        assert!(contended(&mut state, "a"));
         assert!(matches!(
             state.extend(&b.lock_id, 20_000, now),
             ExtendOutcome::Extended { expires_at_ms } if expires_at_ms == now + 20_000
         ));
         assert!(state.release(&a.lock_id, now).is_released());
         assert!(!state.release(&a.lock_id, now).is_released());
-        // "a" is free again, "b" is still held.
-        assert_eq!(
-            lease(state.acquire_hashed("a", 7, 10_000, now)).fence.get(),
-            2
-        );
-        assert!(
-            state
-                .acquire_hashed("b", 7, 10_000, now)
-                .unwrap()
-                .is_contended()
-        );
+        // "a" is free again and "b" still held, whichever of them comes first in the bucket.
+        let a = lease(state.acquire_hashed("a", 7, 10_000, now));
+        assert_eq!(a.fence.get(), 3);
+        assert!(contended(&mut state, "b"));
         assert!(state.release(&b.lock_id, now).is_released());
-        assert_eq!(state.slots[&7].slots().count(), 2);
+        assert!(contended(&mut state, "a"));
+        assert!(state.release(&a.lock_id, now).is_released());
+        assert!(state.locks.is_empty() && state.ids.is_empty());
+    }
+
+    #[test]
+    fn released_keys_keep_only_their_counter() {
+        let mut state = State::default();
+        let now = 1_000_000;
+        for round in 1..=3 {
+            let held = lease(state.acquire("job", 10_000, now));
+            assert_eq!(held.fence.get(), round);
+            assert!(state.release(&held.lock_id, now).is_released());
+        }
+        assert!(state.locks.is_empty() && state.ids.is_empty());
+        assert_eq!(state.fences.len(), 1);
     }
 
     #[test]
@@ -480,6 +461,7 @@ mod tests {
             assert!(state.release(&fresh.lock_id, later).is_released());
         }
         assert_eq!(state.ids.len(), 1, "only the live lock is left");
+        assert_eq!(state.locks.len(), 1);
         assert!(
             state
                 .extend(&live.lock_id, 60_000, later)

@@ -50,15 +50,17 @@ impl<B: LockBackend + Clone + 'static> SharedBackend for B {
 
 /// Acquires like [`acquire_shared`], but nobody keeps the lock until the guard's owner runs
 /// [`poll_keeper`] (or [`detach_keeper`]): for an owner that is itself a future, which then
-/// holds the lock without a task of its own.
+/// holds the lock without a task of its own. The key comes apart from the options, which an
+/// owner may share between acquisitions (their own key is not read); it moves into the guard.
 ///
 /// # Errors
-/// As [`acquire_shared`].
+/// As [`acquire_shared`], with the key given back.
 pub async fn acquire_driven(
     backend: Arc<dyn LockBackend>,
+    key: String,
     options: &LockOptions,
-) -> Result<LockGuard, LockError> {
-    crate::lock::acquire_keeping(backend, options, true).await
+) -> Result<LockGuard, (LockError, String)> {
+    crate::lock::acquire_driven(backend, key, options).await
 }
 
 /// Runs the keeper of a guard from [`acquire_driven`]: call it from the owner's `poll` each

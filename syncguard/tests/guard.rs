@@ -319,9 +319,9 @@ fn alive_tasks() -> usize {
 #[tokio::test]
 async fn a_driven_guard_heartbeats_in_its_owners_task() {
     let backend = MemoryBackend::new();
-    let options = LockOptions::new("driven:1").with_ttl(Duration::from_millis(300));
+    let options = LockOptions::new("(the key comes apart)").with_ttl(Duration::from_millis(300));
     let tasks = alive_tasks();
-    let mut guard = acquire_driven(Arc::new(backend.clone()), &options)
+    let mut guard = acquire_driven(Arc::new(backend.clone()), "driven:1".to_owned(), &options)
         .await
         .unwrap();
     // Well past the lease and the 1 s tolerance: only extends keep the key held.
@@ -335,8 +335,8 @@ async fn a_driven_guard_heartbeats_in_its_owners_task() {
 #[tokio::test]
 async fn a_driven_guard_reports_its_loss() {
     let backend = Flaky::default();
-    let options = LockOptions::new("driven:2").with_ttl(Duration::from_millis(600));
-    let mut guard = acquire_driven(Arc::new(backend.clone()), &options)
+    let options = LockOptions::new("(the key comes apart)").with_ttl(Duration::from_millis(600));
+    let mut guard = acquire_driven(Arc::new(backend.clone()), "driven:2".to_owned(), &options)
         .await
         .unwrap();
     backend.failing_extends.store(true, Ordering::SeqCst);
@@ -355,9 +355,9 @@ async fn a_driven_guard_reports_its_loss() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_detached_keeper_keeps_the_lock_with_nobody_polling() {
     let backend = MemoryBackend::new();
-    let options = LockOptions::new("driven:3").with_ttl(Duration::from_millis(300));
+    let options = LockOptions::new("(the key comes apart)").with_ttl(Duration::from_millis(300));
     let tasks = alive_tasks();
-    let mut guard = acquire_driven(Arc::new(backend.clone()), &options)
+    let mut guard = acquire_driven(Arc::new(backend.clone()), "driven:3".to_owned(), &options)
         .await
         .unwrap();
     // Driven for a while (its timer armed), then handed over to a task.
