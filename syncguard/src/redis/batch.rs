@@ -24,8 +24,9 @@ use crate::{LockError, LockId};
 /// third of a millisecond), and splits a crowd of callers into several batches, so that the
 /// server runs one while the client answers the previous one and sends the next.
 const MAX_BATCH: usize = 32;
-/// The most batches awaiting their reply at once; further calls queue for the next batch.
-const MAX_IN_FLIGHT: usize = 8;
+/// The most batches awaiting their reply at once; further calls queue for the next batch
+/// (more would split the callers of a multi-threaded runtime into small, costlier batches).
+const MAX_IN_FLIGHT: usize = 4;
 
 /// One call, with the keys and arguments the batch script takes for it.
 pub(crate) enum Op {
