@@ -32,9 +32,11 @@ pub enum ReleaseOn {
     BodyEnd,
 }
 
-/// Settings shared by every service of one layer.
-#[derive(Debug, Clone)]
+/// Settings shared by every service of one layer, and by their requests: one reference count
+/// per request for all of them.
+#[derive(Clone)]
 pub(crate) struct Config {
+    pub(crate) backend: Arc<dyn LockBackend>,
     /// How every request's lock is taken and kept (ttl, waiting, heartbeat, hold cap); the key
     /// is each request's own, so the one here is empty and unused.
     pub(crate) lock: LockOptions,
@@ -45,6 +47,28 @@ pub(crate) struct Config {
     /// `Some` on a gRPC layer: the status code for a contended key.
     #[cfg(feature = "grpc")]
     pub(crate) grpc_contended: Option<tonic::Code>,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut config = f.debug_struct("Config");
+        config
+            .field("backend", &self.backend.capabilities().backend)
+            .field("lock", &self.lock)
+            .field("release", &self.release)
+            .field("on_lost", &self.on_lost)
+            .field("contended_status", &self.contended_status);
+        #[cfg(feature = "grpc")]
+        config.field("grpc_contended", &self.grpc_contended);
+        config.finish()
+    }
+}
+
+/// What the services of one layer share: each request clones it once (axum clones the service
+/// for every request), so it is one reference count, not one per field.
+pub(crate) struct Layered<K> {
+    pub(crate) make_key: Arc<K>,
+    pub(crate) config: Arc<Config>,
 }
 
 /// A [`tower::Layer`] that runs each request under the distributed lock its key names, so
@@ -95,8 +119,6 @@ pub(crate) struct Config {
 /// ```
 #[must_use]
 pub struct LockLayer<K> {
-    backend: Arc<dyn LockBackend>,
-    // Shared, not cloned: axum clones the service for every request.
     make_key: Arc<K>,
     config: Arc<Config>,
 }
@@ -104,7 +126,6 @@ pub struct LockLayer<K> {
 impl<K> Clone for LockLayer<K> {
     fn clone(&self) -> Self {
         Self {
-            backend: Arc::clone(&self.backend),
             make_key: Arc::clone(&self.make_key),
             config: Arc::clone(&self.config),
         }
@@ -114,7 +135,6 @@ impl<K> Clone for LockLayer<K> {
 impl<K> fmt::Debug for LockLayer<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockLayer")
-            .field("backend", &self.backend.capabilities().backend)
             .field("config", &self.config)
             .finish_non_exhaustive()
     }
@@ -161,9 +181,9 @@ impl<K> LockLayer<K> {
 
     fn build(backend: Arc<dyn LockBackend>, make_key: K) -> Self {
         Self {
-            backend,
             make_key: Arc::new(make_key),
             config: Arc::new(Config {
+                backend,
                 lock: LockOptions::new(String::new())
                     .with_ttl(syncguard::DEFAULT_TTL)
                     .with_retry(RetryPolicy::single_attempt())
@@ -343,9 +363,10 @@ impl<S, K> Layer<S> for LockLayer<K> {
     fn layer(&self, inner: S) -> Self::Service {
         LockService::new(
             inner,
-            Arc::clone(&self.backend),
-            Arc::clone(&self.make_key),
-            Arc::clone(&self.config),
+            Arc::new(Layered {
+                make_key: Arc::clone(&self.make_key),
+                config: Arc::clone(&self.config),
+            }),
         )
     }
 }

@@ -6,13 +6,12 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::{Request, Response};
-use syncguard::LockBackend;
 use tower::Service;
 
 use crate::body::{BoxError, LockBody};
 use crate::future::{AcquireFuture, ResponseFuture};
 use crate::key::MakeKey;
-use crate::layer::Config;
+use crate::layer::{Config, Layered};
 use crate::response::Rejection;
 
 /// The service [`LockLayer`](crate::LockLayer) wraps around an inner service: each request
@@ -39,24 +38,12 @@ use crate::response::Rejection;
 #[must_use]
 pub struct LockService<S, K> {
     inner: S,
-    backend: Arc<dyn LockBackend>,
-    make_key: Arc<K>,
-    config: Arc<Config>,
+    layered: Arc<Layered<K>>,
 }
 
 impl<S, K> LockService<S, K> {
-    pub(crate) fn new(
-        inner: S,
-        backend: Arc<dyn LockBackend>,
-        make_key: Arc<K>,
-        config: Arc<Config>,
-    ) -> Self {
-        Self {
-            inner,
-            backend,
-            make_key,
-            config,
-        }
+    pub(crate) fn new(inner: S, layered: Arc<Layered<K>>) -> Self {
+        Self { inner, layered }
     }
 
     /// The inner service.
@@ -79,9 +66,7 @@ impl<S: Clone, K> Clone for LockService<S, K> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
-            backend: Arc::clone(&self.backend),
-            make_key: Arc::clone(&self.make_key),
-            config: Arc::clone(&self.config),
+            layered: Arc::clone(&self.layered),
         }
     }
 }
@@ -90,8 +75,7 @@ impl<S: fmt::Debug, K> fmt::Debug for LockService<S, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockService")
             .field("inner", &self.inner)
-            .field("backend", &self.backend.capabilities().backend)
-            .field("config", &self.config)
+            .field("config", &self.layered.config)
             .finish_non_exhaustive()
     }
 }
@@ -112,25 +96,32 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let Some(key) = self.make_key.make_key(&request) else {
-            return ResponseFuture::unlocked(self.inner.call(request), Arc::clone(&self.config));
+        let Layered { make_key, config } = &*self.layered;
+        let Some(key) = make_key.make_key(&request) else {
+            return ResponseFuture::unlocked(self.inner.call(request), Arc::clone(config));
         };
         // The service that was polled ready goes with the request; a clone stays for the next.
         let ready = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, ready);
-        let acquire = acquire(Arc::clone(&self.backend), key, Arc::clone(&self.config));
-        ResponseFuture::acquiring(acquire, ready, request, Arc::clone(&self.config))
+        let acquire = acquire(key, Arc::clone(config));
+        ResponseFuture::acquiring(acquire, ready, request, Arc::clone(config))
     }
 }
 
-fn acquire(backend: Arc<dyn LockBackend>, key: String, config: Arc<Config>) -> AcquireFuture {
+fn acquire(key: String, config: Arc<Config>) -> AcquireFuture {
     Box::pin(async move {
+        let backend = &config.backend;
         // The response future runs the heartbeat itself (see `ResponseFuture`).
-        match syncguard::__private::acquire_driven(Arc::clone(&backend), key, &config.lock).await {
+        match syncguard::__private::acquire_driven(Arc::clone(backend), key, &config.lock).await {
             Ok(guard) => Ok(guard),
-            Err((error, key)) => {
-                Err(Rejection::from_acquire_error(error, backend.as_ref(), &key, &config).await)
-            }
+            // Boxed apart: most requests never get here, and the acquire future stays small.
+            Err((error, key)) => Err(Box::pin(Rejection::from_acquire_error(
+                error,
+                backend.as_ref(),
+                &key,
+                &config,
+            ))
+            .await),
         }
     })
 }

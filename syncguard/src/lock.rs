@@ -297,7 +297,8 @@ async fn take_lease(
         let remaining = retry.timeout().saturating_sub(started.elapsed());
         match delays.next() {
             Some(delay) if !remaining.is_zero() && !delay.min(remaining).is_zero() => {
-                tokio::time::sleep(delay.min(remaining)).await;
+                // Boxed: a timer is large, and most acquisitions never wait.
+                Box::pin(tokio::time::sleep(delay.min(remaining))).await;
             }
             _ => {
                 let error = LockError::AcquisitionTimeout {

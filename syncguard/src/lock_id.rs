@@ -24,7 +24,7 @@ use crate::LockError;
 /// # Ok::<(), syncguard::LockError>(())
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct LockId(String);
+pub struct LockId([u8; LOCK_ID_LEN]);
 
 /// The length of every lock id, in characters.
 pub const LOCK_ID_LEN: usize = 22;
@@ -47,7 +47,9 @@ impl LockId {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
         if well_formed {
-            Ok(Self(value.to_owned()))
+            let mut text = [0_u8; LOCK_ID_LEN];
+            text.copy_from_slice(value.as_bytes());
+            Ok(Self(text))
         } else {
             Err(LockError::invalid_argument(
                 "malformed lock id: expected 22 base64url characters (A-Z, a-z, 0-9, '-', '_')",
@@ -57,22 +59,23 @@ impl LockId {
 
     /// The 22-character text of the id.
     pub fn as_str(&self) -> &str {
-        &self.0
+        std::str::from_utf8(&self.0).expect("lock ids are base64url text")
     }
 }
 
 /// `bytes` in base64url without padding. Written out for the one fixed size: every acquisition
 /// makes an id, and the general encoder costs several times as much for 16 bytes.
-fn base64url(bytes: &[u8; 16]) -> String {
+fn base64url(bytes: &[u8; 16]) -> [u8; LOCK_ID_LEN] {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut text = String::with_capacity(LOCK_ID_LEN);
+    let mut text = [0_u8; LOCK_ID_LEN];
+    let mut chars = text.iter_mut();
     // Five groups of three bytes make four characters each; the last byte makes two.
     for group in bytes.chunks(3) {
         let bits = group.iter().enumerate().fold(0_u32, |bits, (i, &byte)| {
             bits | u32::from(byte) << (16 - 8 * i)
         });
-        for i in 0..=group.len() {
-            text.push(char::from(ALPHABET[(bits >> (18 - 6 * i)) as usize & 63]));
+        for (i, char) in chars.by_ref().take(group.len() + 1).enumerate() {
+            *char = ALPHABET[(bits >> (18 - 6 * i)) as usize & 63];
         }
     }
     text
@@ -88,19 +91,19 @@ impl FromStr for LockId {
 
 impl fmt::Display for LockId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
 impl fmt::Debug for LockId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "LockId({}…)", &self.0[..4])
+        write!(f, "LockId({}…)", &self.as_str()[..4])
     }
 }
 
 impl AsRef<str> for LockId {
     fn as_ref(&self) -> &str {
-        &self.0
+        self.as_str()
     }
 }
 
@@ -149,10 +152,13 @@ mod tests {
                     .wrapping_add(i as u8)
                     .rotate_left(u32::from(seed % 8));
             }
-            assert_eq!(base64url(&bytes), URL_SAFE_NO_PAD.encode(bytes));
+            assert_eq!(base64url(&bytes), URL_SAFE_NO_PAD.encode(bytes).as_bytes());
         }
-        assert_eq!(base64url(&[0xff; 16]), URL_SAFE_NO_PAD.encode([0xff; 16]));
-        assert_eq!(base64url(&[0; 16]), "AAAAAAAAAAAAAAAAAAAAAA");
+        assert_eq!(
+            base64url(&[0xff; 16]),
+            URL_SAFE_NO_PAD.encode([0xff; 16]).as_bytes()
+        );
+        assert_eq!(&base64url(&[0; 16]), b"AAAAAAAAAAAAAAAAAAAAAA");
     }
 
     #[test]
