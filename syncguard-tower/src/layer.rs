@@ -266,6 +266,11 @@ impl<K> LockLayer<K> {
     /// Whether to extend the lock while the request runs (default on). Without it, a request
     /// that outlives the ttl loses its lock.
     ///
+    /// The extends run in the request's own task, when its response future is polled: a
+    /// handler that blocks its thread instead of awaiting (move such work to
+    /// `tokio::task::spawn_blocking`) delays them, and loses the lock if it blocks past the
+    /// ttl. While a [`ReleaseOn::BodyEnd`] body streams, a task of its own keeps the lock.
+    ///
     /// ```
     /// # use syncguard_tower::{LockLayer, key};
     /// let layer = LockLayer::new(syncguard::MemoryBackend::new(), key::method_and_path())
