@@ -105,14 +105,23 @@ impl<B> fmt::Debug for LockBody<B> {
     }
 }
 
-/// Releases `guard` now, logging failures (the lock then expires at the end of its ttl).
-pub(crate) fn release(guard: LockGuard) -> ReleaseFuture {
-    Box::pin(async move {
-        let fence = guard.fence();
-        if let Err(error) = guard.release().await {
-            tracing::warn!(%error, %fence, "syncguard_tower: release failed; the lock will expire at the end of its ttl");
-        }
-    })
+/// Releases `guard` now, logging failures (the lock then expires at the end of its ttl):
+/// done on return (`None`) when the backend answers at once, else the future that does it.
+pub(crate) fn release(mut guard: LockGuard) -> Option<ReleaseFuture> {
+    let fence = guard.fence();
+    if let Some(released) = syncguard::__private::release_now(&mut guard) {
+        log_release_failure(released, fence);
+        return None;
+    }
+    Some(Box::pin(async move {
+        log_release_failure(guard.release().await, fence);
+    }))
+}
+
+fn log_release_failure(released: Result<bool, LockError>, fence: syncguard::Fence) {
+    if let Err(error) = released {
+        tracing::warn!(%error, %fence, "syncguard_tower: release failed; the lock will expire at the end of its ttl");
+    }
 }
 
 impl<B> Body for LockBody<B>
@@ -156,8 +165,10 @@ where
                             *hold = None;
                             return Poll::Ready(None);
                         };
-                        let releasing = held.releasing.insert(release(guard));
-                        ready!(releasing.as_mut().poll(cx));
+                        if let Some(releasing) = release(guard) {
+                            let releasing = held.releasing.insert(releasing);
+                            ready!(releasing.as_mut().poll(cx));
+                        }
                         *hold = None;
                         Poll::Ready(None)
                     }

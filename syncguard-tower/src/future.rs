@@ -74,20 +74,46 @@ where
         }
     }
 
-    pub(crate) fn acquiring(
-        acquire: AcquireFuture,
-        service: S,
+    /// The lock is already held: `service` (polled ready) runs `request` under it.
+    pub(crate) fn running(
+        service: &mut S,
         request: Request<ReqBody>,
+        guard: LockGuard,
         config: Arc<Config>,
     ) -> Self {
         Self {
-            state: State::Acquiring {
-                acquire,
-                pending: Some((service, request)),
+            state: State::Running {
+                inner: call_locked(service, request, &guard),
+                guard: Some(guard),
             },
             config,
         }
     }
+
+    /// Waits for `acquire`, then runs `request` on `service` (polled ready). Without them,
+    /// `acquire` must end in a rejection.
+    pub(crate) fn acquiring(
+        acquire: AcquireFuture,
+        pending: Option<(S, Request<ReqBody>)>,
+        config: Arc<Config>,
+    ) -> Self {
+        Self {
+            state: State::Acquiring { acquire, pending },
+            config,
+        }
+    }
+}
+
+fn call_locked<S, ReqBody>(
+    service: &mut S,
+    mut request: Request<ReqBody>,
+    guard: &LockGuard,
+) -> S::Future
+where
+    S: Service<Request<ReqBody>>,
+{
+    request.extensions_mut().insert(HeldLock::new(guard));
+    service.call(request)
 }
 
 impl<S, ReqBody, ResBody> Future for ResponseFuture<S, ReqBody, ResBody>
@@ -102,14 +128,12 @@ where
         loop {
             match this.state.as_mut().project() {
                 StateProj::Acquiring { acquire, pending } => {
-                    let acquired = ready!(acquire.as_mut().poll(cx));
-                    let (mut service, mut request) = pending
-                        .take()
-                        .expect("ResponseFuture polled after completion");
-                    match acquired {
+                    match ready!(acquire.as_mut().poll(cx)) {
                         Ok(guard) => {
-                            request.extensions_mut().insert(HeldLock::new(&guard));
-                            let inner = service.call(request);
+                            let (mut service, request) = pending
+                                .take()
+                                .expect("ResponseFuture polled after completion");
+                            let inner = call_locked(&mut service, request, &guard);
                             this.state.set(State::Running {
                                 inner,
                                 guard: Some(guard),
@@ -142,8 +166,12 @@ where
                             }
                             (_, result) => result.map(|r| r.map(LockBody::inner)),
                         };
+                        let Some(release) = release(guard) else {
+                            this.state.set(State::Done);
+                            return Poll::Ready(output);
+                        };
                         this.state.set(State::Releasing {
-                            release: release(guard),
+                            release,
                             output: Some(output),
                         });
                         continue;

@@ -14,6 +14,7 @@ use http_body_util::BodyExt;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use syncguard::telemetry::{LockEvent, Operation, with_telemetry};
 use syncguard::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockError, LockId,
     LockInfo, Lookup, MemoryBackend, OnLost, ReleaseOutcome,
@@ -89,7 +90,7 @@ impl Probe {
 }
 
 fn job_app(
-    backend: MemoryBackend,
+    backend: impl LockBackend + 'static,
     probe: Probe,
     sleep: Duration,
     layer: impl FnOnce(LockLayer<key::Header>) -> LockLayer<key::Header>,
@@ -110,9 +111,29 @@ fn job_app(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_key_runs_once_and_the_others_get_423_with_retry_after() {
+    one_key_runs_once(MemoryBackend::new()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_that_only_answers_with_futures_gets_the_same_answers() {
+    // The telemetry decorator answers nothing at once: every call goes through its futures,
+    // as to a network backend, and is reported.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&calls);
+    let backend = with_telemetry(MemoryBackend::new(), move |event: &LockEvent| {
+        if matches!(event.operation, Operation::Acquire | Operation::Release) {
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    one_key_runs_once(backend).await;
+    // 6 acquire attempts (the key taken twice, contended four times) and 2 releases.
+    assert_eq!(calls.load(Ordering::SeqCst), 8);
+}
+
+async fn one_key_runs_once(backend: impl LockBackend + 'static) {
     let probe = Probe::default();
     let server = serve(job_app(
-        MemoryBackend::new(),
+        backend,
         probe.clone(),
         Duration::from_millis(800),
         |l| l.with_ttl(Duration::from_secs(5)),

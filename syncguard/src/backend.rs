@@ -88,6 +88,31 @@ pub trait LockBackend: Send + Sync {
     fn observer(&self) -> Option<Arc<dyn LockObserver>> {
         None
     }
+
+    /// [`acquire`](Self::acquire) without a future, for a backend that answers without
+    /// waiting (an in-process store): `Some` with the outcome `acquire` would have given (the
+    /// lock is then taken, or not, exactly as by `acquire`), or `None` when the answer needs
+    /// I/O, and the caller then calls `acquire`.
+    ///
+    /// [`acquire`](crate::acquire), [`LockGuard`](crate::LockGuard) and the Tower layer try
+    /// this first, which spares them the boxed future. `None` by default, which is always
+    /// correct; a backend that overrides it must not block.
+    fn try_acquire_now(
+        &self,
+        key: &str,
+        ttl: Duration,
+    ) -> Option<Result<AcquireOutcome, LockError>> {
+        let _ = (key, ttl);
+        None
+    }
+
+    /// [`release`](Self::release) without a future, as [`try_acquire_now`](Self::try_acquire_now):
+    /// `Some` with the outcome `release` would have given, or `None` (the default) when the
+    /// answer needs I/O.
+    fn try_release_now(&self, lock_id: &LockId) -> Option<Result<ReleaseOutcome, LockError>> {
+        let _ = lock_id;
+        None
+    }
 }
 
 macro_rules! forward_backend {
@@ -117,6 +142,14 @@ macro_rules! forward_backend {
             }
             fn observer(&self) -> Option<Arc<dyn LockObserver>> {
                 (**self).observer()
+            }
+            fn try_acquire_now(&self, key: &str, ttl: Duration)
+                -> Option<Result<AcquireOutcome, LockError>> {
+                (**self).try_acquire_now(key, ttl)
+            }
+            fn try_release_now(&self, lock_id: &LockId)
+                -> Option<Result<ReleaseOutcome, LockError>> {
+                (**self).try_release_now(lock_id)
             }
         }
     )*};

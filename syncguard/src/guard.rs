@@ -13,7 +13,7 @@ use tokio::time::{Instant, sleep, sleep_until, timeout_at};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::backend::{ExtendOutcome, Lease, LockBackend};
+use crate::backend::{ExtendOutcome, Lease, LockBackend, ReleaseOutcome};
 use crate::observe::LockObserver;
 use crate::time::now_ms;
 use crate::{Fence, LockError, LockId, LostReason};
@@ -34,7 +34,9 @@ use crate::{Fence, LockError, LockId, LostReason};
 /// - **Release.** [`release`](Self::release) releases now and reports the result. Dropping
 ///   the guard stops the heartbeat and releases **in the background**: the lock stays held
 ///   until that spawned release reaches the backend (or, without a tokio runtime, until its
-///   ttl runs out). Call `release().await` when the next owner should not wait.
+///   ttl runs out). Call `release().await` when the next owner should not wait. (A backend
+///   that answers at once, such as `MemoryBackend`, is released
+///   during the drop itself.)
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {
@@ -361,10 +363,26 @@ impl LockGuard {
     /// # Errors
     /// Backend errors as they come; the lock then expires at the end of its ttl.
     pub async fn release(mut self) -> Result<bool, LockError> {
+        if let Some(released) = self.release_now() {
+            return released;
+        }
         self.keeper = Keeper::Stopped; // stops the heartbeat
         let outcome = self.backend.release(&self.shared.lock_id).await;
-        // Reached the backend: no second release on drop. (If this future is dropped before
-        // here, the drop releases in the background instead.)
+        // If this future is dropped before here, the drop releases in the background instead.
+        self.released(outcome)
+    }
+
+    /// [`release`](Self::release) without a future, when the backend answers at once
+    /// ([`LockBackend::try_release_now`]); `None`, with nothing done, when it cannot. The
+    /// guard is then spent: dropping it releases nothing more.
+    pub(crate) fn release_now(&mut self) -> Option<Result<bool, LockError>> {
+        let outcome = self.backend.try_release_now(&self.shared.lock_id)?;
+        self.keeper = Keeper::Stopped;
+        Some(self.released(outcome))
+    }
+
+    fn released(&mut self, outcome: Result<ReleaseOutcome, LockError>) -> Result<bool, LockError> {
+        // Reached the backend: no second release on drop.
         self.release_on_drop = false;
         let released = outcome?.is_released();
         if released {
@@ -382,6 +400,11 @@ impl Drop for LockGuard {
         if !self.release_on_drop || self.lost_reason() == Some(LostReason::NotHeld) {
             return;
         }
+        // A backend that answers at once needs no task for it.
+        if let Some(outcome) = self.backend.try_release_now(&self.shared.lock_id) {
+            report_dropped_release(&self.shared, outcome);
+            return;
+        }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::debug!(
                 "LockGuard dropped outside a tokio runtime; the lock will expire at the end of its ttl"
@@ -391,14 +414,19 @@ impl Drop for LockGuard {
         let backend = Arc::clone(&self.backend);
         let shared = Arc::clone(&self.shared);
         runtime.spawn(async move {
-            match backend.release(&shared.lock_id).await {
-                Ok(outcome) if outcome.is_released() => shared.report_released(),
-                Ok(_) => {}
-                Err(error) => {
-                    tracing::warn!(%error, "background release of a dropped LockGuard failed; the lock will expire at the end of its ttl");
-                }
-            }
+            let outcome = backend.release(&shared.lock_id).await;
+            report_dropped_release(&shared, outcome);
         });
+    }
+}
+
+fn report_dropped_release(shared: &Shared, outcome: Result<ReleaseOutcome, LockError>) {
+    match outcome {
+        Ok(outcome) if outcome.is_released() => shared.report_released(),
+        Ok(_) => {}
+        Err(error) => {
+            tracing::warn!(%error, "release of a dropped LockGuard failed; the lock will expire at the end of its ttl");
+        }
     }
 }
 

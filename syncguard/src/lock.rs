@@ -215,10 +215,61 @@ pub(crate) async fn acquire_driven(
         Err(error) => return Err((error, key)),
     };
     let taken = take_lease(backend.as_ref(), options, &normalized).await;
-    let normalized = match normalized {
+    let normalized = owned(normalized);
+    driven_guard(taken, backend, key, normalized, options)
+}
+
+/// What `acquire_driven_now` decided.
+#[derive(Debug)]
+pub enum AcquiredNow {
+    /// The lock was taken: as from `acquire_driven`.
+    Acquired(LockGuard),
+    /// The acquisition failed: as from `acquire_driven`, with the key given back.
+    Failed(LockError, String),
+    /// The backend cannot answer without waiting, or the key is held and the options wait for
+    /// it: nothing was taken, and `acquire_driven` with the key given back will decide
+    /// (starting its wait over).
+    Later(String),
+}
+
+/// [`acquire_driven`] without a future, for a backend that answers at once
+/// ([`LockBackend::try_acquire_now`]).
+pub(crate) fn acquire_driven_now(
+    backend: &Arc<dyn LockBackend>,
+    key: String,
+    options: &LockOptions,
+) -> AcquiredNow {
+    let normalized = match normalize_key(&key) {
+        Ok(normalized) => normalized,
+        Err(error) => return AcquiredNow::Failed(error, key),
+    };
+    let taken = take_lease_now(backend.as_ref(), options, &normalized);
+    let normalized = owned(normalized);
+    let Some(taken) = taken else {
+        return AcquiredNow::Later(key);
+    };
+    match driven_guard(taken, Arc::clone(backend), key, normalized, options) {
+        Ok(guard) => AcquiredNow::Acquired(guard),
+        Err((error, key)) => AcquiredNow::Failed(error, key),
+    }
+}
+
+/// The normalized key, if normalizing changed it (then the caller's key is not the one held).
+fn owned(normalized: Cow<'_, str>) -> Option<String> {
+    match normalized {
         Cow::Owned(normalized) => Some(normalized),
         Cow::Borrowed(_) => None,
-    };
+    }
+}
+
+/// The guard of a driven acquisition; the key (normalized if that changed it) moves into it.
+fn driven_guard(
+    taken: Result<Taken, LockError>,
+    backend: Arc<dyn LockBackend>,
+    key: String,
+    normalized: Option<String>,
+    options: &LockOptions,
+) -> Result<LockGuard, (LockError, String)> {
     match taken {
         Ok(taken) => Ok(taken.into_guard(backend, normalized.unwrap_or(key), options, true)),
         Err(error) => Err((error, key)),
@@ -257,57 +308,128 @@ impl Taken {
     }
 }
 
+/// The attempts of one acquisition: when the first was sent (the start of the wait), how
+/// many were made, and who hears of the result.
+struct Attempts<'k> {
+    key: &'k str,
+    observer: Option<Arc<dyn LockObserver>>,
+    first: SentAt,
+    made: u32,
+}
+
+impl<'k> Attempts<'k> {
+    fn start(
+        backend: &dyn LockBackend,
+        options: &LockOptions,
+        key: &'k str,
+    ) -> Result<Self, LockError> {
+        ttl_millis(options.ttl)?;
+        Ok(Self {
+            key,
+            observer: backend.observer(),
+            first: SentAt::now(),
+            made: 0,
+        })
+    }
+
+    /// When the next attempt is sent.
+    fn send(&mut self) -> SentAt {
+        self.made += 1;
+        if self.made == 1 {
+            self.first
+        } else {
+            SentAt::now()
+        }
+    }
+
+    /// The lease of an attempt that took the lock; `None` if the key is held.
+    fn settle(
+        &mut self,
+        outcome: Result<AcquireOutcome, LockError>,
+        sent: SentAt,
+    ) -> Result<Option<Taken>, LockError> {
+        match outcome {
+            Ok(AcquireOutcome::Acquired(lease)) => {
+                if let Some(observer) = &self.observer {
+                    observer.acquired(self.key, &lease, self.first.instant.elapsed(), self.made);
+                }
+                Ok(Some(Taken {
+                    lease,
+                    sent,
+                    observer: self.observer.take(),
+                }))
+            }
+            Ok(AcquireOutcome::Contended) => Ok(None),
+            Err(error) => Err(self.gave_up(error)),
+        }
+    }
+
+    /// The error for a key that stayed held, reported.
+    fn timed_out(&self) -> LockError {
+        self.gave_up(LockError::AcquisitionTimeout {
+            attempts: self.made,
+            elapsed: self.first.instant.elapsed(),
+        })
+    }
+
+    fn gave_up(&self, error: LockError) -> LockError {
+        if let Some(observer) = &self.observer {
+            observer.gave_up(self.key, &error, self.first.instant.elapsed(), self.made);
+        }
+        error
+    }
+}
+
 /// Tries to take the lock on the (normalized) `key`, waiting and retrying as `options` say.
 async fn take_lease(
     backend: &dyn LockBackend,
     options: &LockOptions,
     key: &str,
 ) -> Result<Taken, LockError> {
-    ttl_millis(options.ttl)?;
-    let observer = backend.observer();
+    let mut attempts = Attempts::start(backend, options, key)?;
     let retry = &options.retry;
-    // When the first attempt is sent: the start of the wait.
-    let first = SentAt::now();
-    let started = first.instant;
     let mut delays = retry.delays();
-    let mut attempts = 0_u32;
-    let gave_up = |error: LockError, attempts: u32| {
-        if let Some(observer) = &observer {
-            observer.gave_up(key, &error, started.elapsed(), attempts);
-        }
-        error
-    };
     loop {
-        attempts += 1;
-        let sent = if attempts == 1 { first } else { SentAt::now() };
-        let outcome = match backend.acquire(key, options.ttl).await {
-            Ok(outcome) => outcome,
-            Err(error) => return Err(gave_up(error, attempts)),
+        let sent = attempts.send();
+        let outcome = match backend.try_acquire_now(key, options.ttl) {
+            Some(outcome) => outcome,
+            None => backend.acquire(key, options.ttl).await,
         };
-        if let AcquireOutcome::Acquired(lease) = outcome {
-            if let Some(observer) = &observer {
-                observer.acquired(key, &lease, started.elapsed(), attempts);
-            }
-            return Ok(Taken {
-                lease,
-                sent,
-                observer,
-            });
+        if let Some(taken) = attempts.settle(outcome, sent)? {
+            return Ok(taken);
         }
-        let remaining = retry.timeout().saturating_sub(started.elapsed());
+        let remaining = retry
+            .timeout()
+            .saturating_sub(attempts.first.instant.elapsed());
         match delays.next() {
             Some(delay) if !remaining.is_zero() && !delay.min(remaining).is_zero() => {
                 // Boxed: a timer is large, and most acquisitions never wait.
                 Box::pin(tokio::time::sleep(delay.min(remaining))).await;
             }
-            _ => {
-                let error = LockError::AcquisitionTimeout {
-                    attempts,
-                    elapsed: started.elapsed(),
-                };
-                return Err(gave_up(error, attempts));
-            }
+            _ => return Err(attempts.timed_out()),
         }
+    }
+}
+
+/// The first attempt of [`take_lease`], made without waiting: `None` if the backend cannot
+/// answer at once ([`LockBackend::try_acquire_now`]), or if the key is held and the policy
+/// would wait for it.
+fn take_lease_now(
+    backend: &dyn LockBackend,
+    options: &LockOptions,
+    key: &str,
+) -> Option<Result<Taken, LockError>> {
+    let mut attempts = match Attempts::start(backend, options, key) {
+        Ok(attempts) => attempts,
+        Err(error) => return Some(Err(error)),
+    };
+    let sent = attempts.send();
+    let outcome = backend.try_acquire_now(key, options.ttl)?;
+    match attempts.settle(outcome, sent) {
+        Ok(Some(taken)) => Some(Ok(taken)),
+        Ok(None) if options.retry.max_retries() == 0 => Some(Err(attempts.timed_out())),
+        Ok(None) => None,
+        Err(error) => Some(Err(error)),
     }
 }
 

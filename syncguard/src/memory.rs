@@ -180,6 +180,20 @@ impl MemoryBackend {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// What both `acquire` and `try_acquire_now` answer: nothing here waits.
+    fn acquire_now(&self, key: &str, ttl: Duration) -> Result<AcquireOutcome, LockError> {
+        let key = normalize_key(key)?;
+        let ttl_ms = ttl_millis(ttl)?;
+        let now = now_ms();
+        self.state().acquire(&key, ttl_ms, now)
+    }
+
+    /// What both `release` and `try_release_now` answer.
+    fn release_now(&self, lock_id: &LockId) -> ReleaseOutcome {
+        let now = now_ms();
+        self.state().release(lock_id, now)
+    }
+
     /// Applies `view` to the live lock the query names, if any.
     fn find_live<R>(
         &self,
@@ -325,11 +339,7 @@ impl LockBackend for MemoryBackend {
         key: &'a str,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
-        let outcome = normalize_key(key).and_then(|key| {
-            let ttl_ms = ttl_millis(ttl)?;
-            let now = now_ms();
-            self.state().acquire(&key, ttl_ms, now)
-        });
+        let outcome = self.acquire_now(key, ttl);
         Box::pin(async move { outcome })
     }
 
@@ -337,9 +347,20 @@ impl LockBackend for MemoryBackend {
         &'a self,
         lock_id: &'a LockId,
     ) -> BoxFuture<'a, Result<ReleaseOutcome, LockError>> {
-        let now = now_ms();
-        let outcome = self.state().release(lock_id, now);
+        let outcome = self.release_now(lock_id);
         Box::pin(async move { Ok(outcome) })
+    }
+
+    fn try_acquire_now(
+        &self,
+        key: &str,
+        ttl: Duration,
+    ) -> Option<Result<AcquireOutcome, LockError>> {
+        Some(self.acquire_now(key, ttl))
+    }
+
+    fn try_release_now(&self, lock_id: &LockId) -> Option<Result<ReleaseOutcome, LockError>> {
+        Some(Ok(self.release_now(lock_id)))
     }
 
     fn extend<'a>(

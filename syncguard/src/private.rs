@@ -63,6 +63,26 @@ pub async fn acquire_driven(
     crate::lock::acquire_driven(backend, key, options).await
 }
 
+pub use crate::lock::AcquiredNow;
+
+/// [`acquire_driven`] without a future, when the backend answers at once
+/// ([`LockBackend::try_acquire_now`]): the lock taken, the failure, or [`AcquiredNow::Later`]
+/// when only [`acquire_driven`] can decide.
+pub fn acquire_driven_now(
+    backend: &Arc<dyn LockBackend>,
+    key: String,
+    options: &LockOptions,
+) -> AcquiredNow {
+    crate::lock::acquire_driven_now(backend, key, options)
+}
+
+/// Releases `guard` without a future when its backend answers at once
+/// ([`LockBackend::try_release_now`]), as [`LockGuard::release`] would; `None`, with nothing
+/// done, when it cannot.
+pub fn release_now(guard: &mut LockGuard) -> Option<Result<bool, LockError>> {
+    guard.release_now()
+}
+
 /// Runs the keeper of a guard from [`acquire_driven`]: call it from the owner's `poll` each
 /// time the owner is about to return `Pending` while holding the lock. `Ready` with the reason
 /// once the lock is lost; `Pending` while it is held, with the waker of `cx` woken when the

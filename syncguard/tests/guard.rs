@@ -6,11 +6,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
-use syncguard::__private::{acquire_driven, detach_keeper, poll_keeper};
+use syncguard::__private::{
+    AcquiredNow, acquire_driven, acquire_driven_now, detach_keeper, poll_keeper,
+};
 use syncguard::{
     AcquireOutcome, Backoff, BoxFuture, Capabilities, ErrorCode, ExtendOutcome, Jitter,
     LockBackend, LockError, LockGuard, LockId, LockInfo, LockOptions, Lookup, LostReason,
-    MemoryBackend, ReleaseOutcome, RetryPolicy, acquire, with_lock,
+    MemoryBackend, NotHeldReason, ReleaseOutcome, RetryPolicy, acquire, with_lock,
 };
 use tokio::time::{Instant, sleep, timeout};
 
@@ -399,4 +401,149 @@ async fn a_loss_token_asked_for_after_the_loss_is_already_cancelled() {
 fn guards_can_be_shared_and_sent() {
     fn shareable<T: Send + Sync>() {}
     shareable::<LockGuard>();
+}
+
+#[tokio::test]
+async fn memory_answers_at_once_as_its_futures_do() {
+    let backend = MemoryBackend::new();
+    let ttl = Duration::from_secs(10);
+    let first = backend
+        .try_acquire_now("now:1", ttl)
+        .unwrap()
+        .unwrap()
+        .lease()
+        .unwrap();
+    assert!(backend.acquire("now:1", ttl).await.unwrap().is_contended());
+    assert!(
+        backend
+            .try_acquire_now("now:1", ttl)
+            .unwrap()
+            .unwrap()
+            .is_contended()
+    );
+    let second = backend
+        .acquire("now:2", ttl)
+        .await
+        .unwrap()
+        .lease()
+        .unwrap();
+    // At most one release of a lock succeeds, whichever way each is made.
+    let now = |lock_id| backend.try_release_now(lock_id).unwrap().unwrap();
+    assert!(now(&second.lock_id).is_released());
+    assert!(
+        !backend
+            .release(&second.lock_id)
+            .await
+            .unwrap()
+            .is_released()
+    );
+    assert!(backend.release(&first.lock_id).await.unwrap().is_released());
+    assert_eq!(
+        now(&first.lock_id),
+        ReleaseOutcome::NotHeld(Some(NotHeldReason::NotFound))
+    );
+    // One fence counter for both ways.
+    let again = backend
+        .try_acquire_now("now:1", ttl)
+        .unwrap()
+        .unwrap()
+        .lease()
+        .unwrap();
+    assert_eq!(again.fence.get(), first.fence.get() + 1);
+    // Invalid arguments fail alike, and so does everything behind an `Arc<dyn LockBackend>`.
+    let shared: Arc<dyn LockBackend> = Arc::new(backend.clone());
+    for (key, ttl) in [("", ttl), ("now:3", Duration::ZERO)] {
+        let at_once = shared.try_acquire_now(key, ttl).unwrap().unwrap_err();
+        let awaited = backend.acquire(key, ttl).await.unwrap_err();
+        assert_eq!(at_once.code(), ErrorCode::InvalidArgument);
+        assert_eq!(awaited.code(), ErrorCode::InvalidArgument);
+    }
+    assert!(
+        shared
+            .try_acquire_now("now:1", ttl)
+            .unwrap()
+            .unwrap()
+            .is_contended()
+    );
+}
+
+#[tokio::test]
+async fn a_backend_without_answers_at_once_is_awaited() {
+    let backend = Flaky::default();
+    assert!(
+        backend
+            .try_acquire_now("later:1", Duration::from_secs(1))
+            .is_none()
+    );
+    assert!(backend.try_release_now(&LockId::generate()).is_none());
+    let guard = acquire(&backend, &LockOptions::new("later:1"))
+        .await
+        .unwrap();
+    assert!(guard.release().await.unwrap());
+    assert_eq!(
+        backend.calls.load(Ordering::SeqCst),
+        2,
+        "acquire and release"
+    );
+    // Dropped: released by a task, soon.
+    drop(
+        acquire(&backend, &LockOptions::new("later:1"))
+            .await
+            .unwrap(),
+    );
+    timeout(Duration::from_secs(2), async {
+        while backend.is_locked("later:1").await.unwrap() {
+            sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("released in the background");
+}
+
+#[tokio::test]
+async fn a_dropped_guard_on_memory_is_released_during_the_drop() {
+    let backend = MemoryBackend::new();
+    let guard = acquire(&backend, &LockOptions::new("drop:1"))
+        .await
+        .unwrap();
+    drop(guard);
+    // Nothing else has run since the drop.
+    assert!(!backend.is_locked("drop:1").await.unwrap());
+}
+
+#[tokio::test]
+async fn driven_acquisition_at_once_decides_what_it_can() {
+    let memory: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
+    let once = LockOptions::new("").with_retry(RetryPolicy::single_attempt());
+    let AcquiredNow::Acquired(guard) = acquire_driven_now(&memory, "now:d".into(), &once) else {
+        panic!("a free key is taken at once");
+    };
+    assert_eq!(guard.key(), "now:d");
+    match acquire_driven_now(&memory, "now:d".into(), &once) {
+        AcquiredNow::Failed(error, key) => {
+            assert!(error.is_contended(), "{error}");
+            assert_eq!(key, "now:d");
+        }
+        other => panic!("a held key without a wait fails at once: {other:?}"),
+    }
+    // A wait is left to the awaited acquisition, which takes the key once it is released.
+    let waiting = LockOptions::new("").with_retry(quick_retry());
+    let AcquiredNow::Later(key) = acquire_driven_now(&memory, "now:d".into(), &waiting) else {
+        panic!("a held key with a wait is decided later");
+    };
+    let backend = Arc::clone(&memory);
+    let later = tokio::spawn(async move { acquire_driven(backend, key, &waiting).await });
+    assert!(guard.release().await.unwrap());
+    let guard = later.await.unwrap().unwrap();
+    assert_eq!(guard.fence().get(), 2);
+    match acquire_driven_now(&memory, String::new(), &once) {
+        AcquiredNow::Failed(error, _) => assert_eq!(error.code(), ErrorCode::InvalidArgument),
+        other => panic!("an empty key fails at once: {other:?}"),
+    }
+    // A backend that cannot answer at once leaves it all to the awaited acquisition.
+    let flaky: Arc<dyn LockBackend> = Arc::new(Flaky::default());
+    assert!(matches!(
+        acquire_driven_now(&flaky, "now:d".into(), &once),
+        AcquiredNow::Later(key) if key == "now:d"
+    ));
 }
