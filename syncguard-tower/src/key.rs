@@ -121,16 +121,20 @@ fn concat(parts: &[&str]) -> String {
 
 fn header_value<'r, B>(request: &'r Request<B>, name: &HeaderName) -> Option<Cow<'r, str>> {
     let value = request.headers().get(name)?;
-    // Visible ASCII (the usual case) is checked faster than UTF-8 is decoded.
-    let value = match value.to_str() {
-        Ok(text) => Cow::Borrowed(text),
-        Err(_) => String::from_utf8_lossy(value.as_bytes()),
+    // Visible ASCII (the usual case) is checked faster than UTF-8 is decoded, and is blank
+    // when it holds only spaces and tabs.
+    let (value, blank) = match value.to_str() {
+        Ok(text) => (
+            Cow::Borrowed(text),
+            text.bytes().all(|b| b == b' ' || b == b'\t'),
+        ),
+        Err(_) => {
+            let text = String::from_utf8_lossy(value.as_bytes());
+            let blank = text.trim().is_empty();
+            (text, blank)
+        }
     };
-    if value.trim().is_empty() {
-        None
-    } else {
-        Some(value)
-    }
+    (!blank).then_some(value)
 }
 
 /// The method and the path: see [`method_and_path`].

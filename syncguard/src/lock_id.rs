@@ -68,16 +68,15 @@ impl LockId {
 fn base64url(bytes: &[u8; 16]) -> [u8; LOCK_ID_LEN] {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let mut text = [0_u8; LOCK_ID_LEN];
-    let mut chars = text.iter_mut();
     // Five groups of three bytes make four characters each; the last byte makes two.
-    for group in bytes.chunks(3) {
-        let bits = group.iter().enumerate().fold(0_u32, |bits, (i, &byte)| {
-            bits | u32::from(byte) << (16 - 8 * i)
-        });
-        for (i, char) in chars.by_ref().take(group.len() + 1).enumerate() {
+    for (group, chars) in bytes.chunks_exact(3).zip(text.chunks_exact_mut(4)) {
+        let bits = u32::from(group[0]) << 16 | u32::from(group[1]) << 8 | u32::from(group[2]);
+        for (i, char) in chars.iter_mut().enumerate() {
             *char = ALPHABET[(bits >> (18 - 6 * i)) as usize & 63];
         }
     }
+    text[20] = ALPHABET[usize::from(bytes[15] >> 2)];
+    text[21] = ALPHABET[usize::from(bytes[15] & 3) << 4];
     text
 }
 

@@ -21,7 +21,7 @@ use crate::{Fence, LockError, LockId};
 /// grows with the number of *distinct* keys ever locked: about 20 bytes each, as the counter is
 /// kept under a 64-bit keyed hash of the key, not the key itself (two keys whose hashes
 /// collide, which clients cannot aim for, would share a counter: their fences still only
-/// grow, with gaps). Held locks cost about 150 bytes more, key included. Time authority is
+/// grow, with gaps). Held locks cost about 200 bytes more, keys up to 62 bytes included. Time authority is
 /// the local clock.
 ///
 /// Clones share the same locks, so clone it freely into tasks. Locks are not shared between
@@ -70,11 +70,49 @@ struct Bucket {
 }
 
 struct Held {
-    key: Box<str>,
+    key: StoredKey,
     lock_id: LockId,
     expires_at_ms: u64,
     acquired_at_ms: u64,
     fence: Fence,
+}
+
+/// A held lock's key: inline up to [`INLINE_KEY`] bytes (an idempotency key with its prefix
+/// fits), which spares an allocation and a free per lock; on the heap beyond.
+enum StoredKey {
+    Inline { len: u8, bytes: [u8; INLINE_KEY] },
+    Heap(Box<str>),
+}
+
+const INLINE_KEY: usize = 62;
+
+impl StoredKey {
+    fn new(key: &str) -> Self {
+        match u8::try_from(key.len()) {
+            Ok(len) if key.len() <= INLINE_KEY => {
+                let mut bytes = [0; INLINE_KEY];
+                bytes[..key.len()].copy_from_slice(key.as_bytes());
+                Self::Inline { len, bytes }
+            }
+            _ => Self::Heap(key.into()),
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Self::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Self::Heap(key) => key.as_bytes(),
+        }
+    }
+
+    /// Whether this is `key` (compared as bytes: no UTF-8 check on the hot path).
+    fn is(&self, key: &str) -> bool {
+        self.as_bytes() == key.as_bytes()
+    }
+
+    fn to_owned_string(&self) -> String {
+        String::from_utf8_lossy(self.as_bytes()).into_owned()
+    }
 }
 
 /// The hasher of the tables whose keys already are hashes.
@@ -209,7 +247,7 @@ impl MemoryBackend {
                 state
                     .locks
                     .get(&hash)
-                    .and_then(|bucket| bucket.locks().find(|held| *held.key == *key))
+                    .and_then(|bucket| bucket.locks().find(|held| held.key.is(&key)))
             }
             Lookup::LockId(lock_id) => state
                 .ids
@@ -236,7 +274,7 @@ impl State {
         now: u64,
     ) -> Result<AcquireOutcome, LockError> {
         self.sweep_if_due(now);
-        let stored = find_lock(&mut self.locks, hash, |held| *held.key == *key);
+        let stored = find_lock(&mut self.locks, hash, |held| held.key.is(key));
         if stored.as_ref().is_some_and(|held| held.is_live(now)) {
             return Ok(AcquireOutcome::Contended);
         }
@@ -246,7 +284,7 @@ impl State {
         let lock_id = LockId::generate();
         let expires_at_ms = now + ttl_ms;
         let held = Held {
-            key: key.into(),
+            key: StoredKey::new(key),
             lock_id: lock_id.clone(),
             expires_at_ms,
             acquired_at_ms: now,
@@ -388,7 +426,7 @@ impl LockBackend for MemoryBackend {
     ) -> BoxFuture<'a, Result<Option<LockInfo>, LockError>> {
         let info = self.find_live(query, |held| {
             LockInfo::new(
-                held.key.to_string(),
+                held.key.to_owned_string(),
                 held.lock_id.clone(),
                 held.expires_at_ms,
                 held.acquired_at_ms,
@@ -450,6 +488,28 @@ mod tests {
         assert!(contended(&mut state, "a"));
         assert!(state.release(&a.lock_id, now).is_released());
         assert!(state.locks.is_empty() && state.ids.is_empty());
+    }
+
+    #[test]
+    fn short_and_long_keys_are_stored_whole() {
+        let mut state = State::default();
+        let now = 1_000_000;
+        let keys = [
+            "k".to_owned(),
+            "é".repeat(INLINE_KEY / 2),       // inline, to the last byte
+            "x".repeat(INLINE_KEY + 1),       // just too long to be inline
+            format!("{}:ü", "y".repeat(300)), // longer than a u8 counts
+        ];
+        for key in &keys {
+            let held = lease(state.acquire(key, 10_000, now));
+            assert!(state.acquire(key, 10_000, now).unwrap().is_contended());
+            // A key that only starts the same is another lock.
+            lease(state.acquire(&format!("{key}!"), 10_000, now));
+            let hash = state.key_hasher.hash_one(key.as_str());
+            let stored = find_lock(&mut state.locks, hash, |held| held.key.is(key)).unwrap();
+            assert_eq!(stored.key.to_owned_string(), *key);
+            assert!(state.release(&held.lock_id, now).is_released());
+        }
     }
 
     #[test]
