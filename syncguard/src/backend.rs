@@ -96,7 +96,8 @@ pub trait LockBackend: Send + Sync {
     ///
     /// [`acquire`](crate::acquire), [`LockGuard`](crate::LockGuard) and the Tower layer try
     /// this first, which spares them the boxed future. `None` by default, which is always
-    /// correct; a backend that overrides it must not block.
+    /// correct; a backend that overrides it must not block, and counts expiries on the local
+    /// clock (guards take its answer as given at the moment of the call).
     fn try_acquire_now(
         &self,
         key: &str,

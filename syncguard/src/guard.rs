@@ -121,7 +121,12 @@ struct LeaseClock {
 }
 
 impl LeaseClock {
-    fn calibrate(sent_wall_ms: u64, ttl: Duration, expires_at_ms: u64) -> Self {
+    fn calibrate(sent_wall_ms: Option<u64>, ttl: Duration, expires_at_ms: u64) -> Self {
+        let Some(sent_wall_ms) = sent_wall_ms else {
+            return Self {
+                authority_lead_ms: 0,
+            };
+        };
         let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         Self {
             authority_lead_ms: (expires_at_ms as i64)
@@ -145,14 +150,25 @@ impl LeaseClock {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SentAt {
     pub(crate) instant: Instant,
-    pub(crate) wall_ms: u64,
+    /// `None` for a request the backend answered at once, on the local clock
+    /// ([`LockBackend::try_acquire_now`]): its own reading is the send time, so the authority
+    /// leads by nothing, and the wall clock need not be read twice.
+    pub(crate) wall_ms: Option<u64>,
 }
 
 impl SentAt {
     pub(crate) fn now() -> Self {
         Self {
             instant: Instant::now(),
-            wall_ms: now_ms(),
+            wall_ms: Some(now_ms()),
+        }
+    }
+
+    /// For a request the backend answers at once.
+    pub(crate) fn at_once() -> Self {
+        Self {
+            instant: Instant::now(),
+            wall_ms: None,
         }
     }
 }
@@ -697,7 +713,7 @@ mod tests {
         let ttl = Duration::from_secs(10);
         let wall = now_ms();
         // Authority clock 1 h ahead of ours: the ttl bound still applies.
-        let clock = LeaseClock::calibrate(wall, ttl, wall + 3_600_000 + 10_000);
+        let clock = LeaseClock::calibrate(Some(wall), ttl, wall + 3_600_000 + 10_000);
         let deadline = clock.deadline(sent, ttl, wall + 3_600_000 + 10_000);
         assert!(deadline <= sent + ttl);
         assert!(deadline + Duration::from_millis(500) >= sent + ttl);
@@ -708,8 +724,20 @@ mod tests {
         let sent = Instant::now();
         let ttl = Duration::from_secs(10);
         let wall = now_ms();
-        let clock = LeaseClock::calibrate(wall, ttl, wall + 10_000);
+        let clock = LeaseClock::calibrate(Some(wall), ttl, wall + 10_000);
         // A later extend reports an expiry only 2 s ahead (e.g. a shortened lease).
+        let deadline = clock.deadline(sent, ttl, now_ms() + 2_000);
+        assert!(deadline <= Instant::now() + Duration::from_millis(2_000));
+        assert!(deadline + Duration::from_millis(500) >= Instant::now() + Duration::from_secs(2));
+    }
+
+    #[test]
+    fn an_answer_at_once_is_on_our_own_clock() {
+        let sent = Instant::now();
+        let ttl = Duration::from_secs(10);
+        let clock = LeaseClock::calibrate(None, ttl, now_ms() + 10_000);
+        assert_eq!(clock.authority_lead_ms, 0);
+        // A later extend to 2 s from now is read as 2 s from now here.
         let deadline = clock.deadline(sent, ttl, now_ms() + 2_000);
         assert!(deadline <= Instant::now() + Duration::from_millis(2_000));
         assert!(deadline + Duration::from_millis(500) >= Instant::now() + Duration::from_secs(2));

@@ -322,12 +322,13 @@ impl<'k> Attempts<'k> {
         backend: &dyn LockBackend,
         options: &LockOptions,
         key: &'k str,
+        first: SentAt,
     ) -> Result<Self, LockError> {
         ttl_millis(options.ttl)?;
         Ok(Self {
             key,
             observer: backend.observer(),
-            first: SentAt::now(),
+            first,
             made: 0,
         })
     }
@@ -386,7 +387,7 @@ async fn take_lease(
     options: &LockOptions,
     key: &str,
 ) -> Result<Taken, LockError> {
-    let mut attempts = Attempts::start(backend, options, key)?;
+    let mut attempts = Attempts::start(backend, options, key, SentAt::now())?;
     let retry = &options.retry;
     let mut delays = retry.delays();
     loop {
@@ -419,7 +420,7 @@ fn take_lease_now(
     options: &LockOptions,
     key: &str,
 ) -> Option<Result<Taken, LockError>> {
-    let mut attempts = match Attempts::start(backend, options, key) {
+    let mut attempts = match Attempts::start(backend, options, key, SentAt::at_once()) {
         Ok(attempts) => attempts,
         Err(error) => return Some(Err(error)),
     };
