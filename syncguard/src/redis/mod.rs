@@ -1,4 +1,4 @@
-//! The Redis backend (feature `redis`, Redis 7.0 or later): Lua scripts run by EVALSHA, over a
+//! The Redis backend (feature `redis`): Lua scripts run by EVALSHA, over a
 //! multiplexed auto-reconnecting connection (the default) or a deadpool-redis pool. The
 //! acquire, release and extend calls waiting at the same moment run in one script call, each as
 //! it would alone.
@@ -26,9 +26,6 @@
 //!   visible for the tolerance window in which the liveness predicate still counts it as held
 //!   (the reference's `PX` = ttl lets Redis drop the key at its expiry, before the tolerance
 //!   ends). The stored JSON is byte for byte what the reference writes.
-//! - **Fences have gaps**: the fence is taken before the lock is tested, so that one
-//!   `SET … NX GET` tests and takes it; a contended attempt uses up a value. Fences stay unique
-//!   and increasing per key.
 //! - **Prefixes** are validated ([`validate_prefix`]); a stale index left by a dead lock is
 //!   removed only when it still points at the key being taken.
 //!

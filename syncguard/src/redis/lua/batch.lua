@@ -65,14 +65,7 @@ local function owned(data, lockId)
 end
 
 local function acquire(lockKey, indexKey, fenceKey, lockId, ttl, px, key)
-  -- The fence comes first so that one SET NX both tests and takes the lock; a contended attempt
-  -- thus uses up a fence value. Fences stay unique and increasing, with gaps. The counter never
-  -- expires and is never deleted.
-  local fence = string.format('%015d', redis.call('INCR', fenceKey))
-  local record = '{"key":' .. cjson.encode(key) .. ',"lockId":"' .. lockId .. '","fence":"'
-    .. fence .. '","acquiredAtMs":' .. nowText .. ',"expiresAtMs":' .. expiresText(ttl) .. '}'
-  -- Both keys outlive the expiry by the tolerance, so liveness is decided by the predicate.
-  local current = redis.call('SET', lockKey, record, 'NX', 'GET', 'PX', px)
+  local current = redis.call('GET', lockKey)
   if current then
     local held = expiry(current)
     if not held then
@@ -81,8 +74,7 @@ local function acquire(lockKey, indexKey, fenceKey, lockId, ttl, px, key)
     if held > dead then
       return 0
     end
-    -- Data of a dead lock is still there (written by a client with a longer PX, or within the
-    -- last millisecond): take its place, and drop its reverse index if it still points here.
+    -- The previous lock is dead: drop its reverse index if it still points here.
     local previous = string.match(current, '"lockId":"([%w_-]+)"')
     if previous then
       local stale = indexPrefix .. previous
@@ -90,8 +82,13 @@ local function acquire(lockKey, indexKey, fenceKey, lockId, ttl, px, key)
         redis.call('DEL', stale)
       end
     end
-    redis.call('SET', lockKey, record, 'PX', px)
   end
+  -- The fence counter never expires and is never deleted.
+  local fence = string.format('%015d', redis.call('INCR', fenceKey))
+  -- Both keys outlive the expiry by the tolerance, so liveness is decided by the predicate.
+  redis.call('SET', lockKey, '{"key":' .. cjson.encode(key) .. ',"lockId":"' .. lockId
+    .. '","fence":"' .. fence .. '","acquiredAtMs":' .. nowText .. ',"expiresAtMs":'
+    .. expiresText(ttl) .. '}', 'PX', px)
   redis.call('SET', indexKey, lockKey, 'PX', px)
   return fence
 end
@@ -150,7 +147,8 @@ end
 
 -- Runs one operation; an error (a wrong type under one of its keys) becomes its reply alone.
 -- The commands that can fail (on a wrong type) come before the lock writes, so a failed
--- operation took, extended or released nothing (an acquire may have used up a fence value).
+-- operation took, extended or released nothing (at most an acquire dropped the stale index of
+-- a dead lock).
 local function run(operation, ...)
   local ok, reply = pcall(operation, ...)
   if ok then
