@@ -20,10 +20,9 @@ use super::{Conn, eval_on, evalsha};
 use crate::time::TIME_TOLERANCE_MS;
 use crate::{LockError, LockId};
 
-/// The most calls in one script call: bounds how long one batch holds the server (about a
-/// third of a millisecond), and splits a crowd of callers into several batches, so that the
-/// server runs one while the client answers the previous one and sends the next.
-const MAX_BATCH: usize = 32;
+/// The most calls in one script call: bounds how long one batch holds the server (well under a
+/// millisecond) while amortizing the call itself over many operations.
+const MAX_BATCH: usize = 64;
 /// The most batches awaiting their reply at once; further calls queue for the next batch
 /// (more would split the callers of a multi-threaded runtime into small, costlier batches).
 const MAX_IN_FLIGHT: usize = 4;
