@@ -1,7 +1,6 @@
-//! The Redis backend (feature `redis`): Lua scripts run by EVALSHA, over a
-//! multiplexed auto-reconnecting connection (the default) or a deadpool-redis pool. The
-//! acquire, release and extend calls waiting at the same moment run in one script call, each as
-//! it would alone.
+//! The Redis backend (feature `redis`): Lua scripts run by EVALSHA, over a multiplexed
+//! auto-reconnecting connection (the default) or a deadpool-redis pool. The acquire, release
+//! and extend calls waiting at the same moment run in one script call, each as it would alone.
 //!
 //! Storage follows the reference design's Redis layout, so a Rust and a TypeScript SyncGuard
 //! service sharing a Redis and a prefix exclude each other:
