@@ -11,12 +11,12 @@
 
 use std::sync::{Arc, Mutex};
 
-use ::redis::{RedisError, Value};
+use ::redis::Value;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
-use super::error::{error_from_reply, map_redis_error, pool_error, unexpected_reply};
+use super::error::{error_from_reply, unexpected_reply};
 use super::scripts::{self, LuaScript};
-use super::{Conn, eval_on, evalsha};
+use super::{Conn, ConnError, evalsha};
 use crate::time::TIME_TOLERANCE_MS;
 use crate::{LockError, LockId};
 
@@ -226,16 +226,14 @@ async fn execute(conn: &Conn, index_prefix: &str, mut calls: Vec<Call>) {
 
 /// Why a whole batch failed; each of its callers gets the mapped error.
 enum Failure {
-    Redis(RedisError),
-    Pool(deadpool_redis::PoolError),
+    Conn(ConnError),
     Reply(Value),
 }
 
 impl Failure {
     fn to_lock_error(&self) -> LockError {
         match self {
-            Failure::Redis(error) => map_redis_error(error.clone()),
-            Failure::Pool(error) => pool_error(error),
+            Failure::Conn(error) => error.to_lock_error(),
             Failure::Reply(reply) => unexpected_reply("batch", reply),
         }
     }
@@ -314,14 +312,7 @@ async fn send(
             }
         }
     }
-    let reply = match conn {
-        Conn::Manager(manager) => eval_on(&mut manager.clone(), lua, &cmd).await,
-        Conn::Pool(pool) => {
-            let mut pooled = pool.get().await.map_err(Failure::Pool)?;
-            eval_on(&mut pooled, lua, &cmd).await
-        }
-    }
-    .map_err(Failure::Redis)?;
+    let reply = conn.eval(lua, &cmd).await.map_err(Failure::Conn)?;
     let Value::Array(mut replies) = reply else {
         return Err(Failure::Reply(reply));
     };

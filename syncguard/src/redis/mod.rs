@@ -121,6 +121,44 @@ enum Conn {
     Pool(deadpool_redis::Pool),
 }
 
+/// Why a script call failed: the command, or (pool mode) getting a connection.
+enum ConnError {
+    Redis(::redis::RedisError),
+    Pool(deadpool_redis::PoolError),
+}
+
+impl ConnError {
+    fn into_lock_error(self) -> LockError {
+        match self {
+            ConnError::Redis(error) => map_redis_error(error),
+            ConnError::Pool(error) => map_pool_error(error),
+        }
+    }
+
+    /// [`into_lock_error`](Self::into_lock_error) for an error shared by several callers.
+    fn to_lock_error(&self) -> LockError {
+        match self {
+            ConnError::Redis(error) => map_redis_error(error.clone()),
+            ConnError::Pool(error) => error::pool_error(error),
+        }
+    }
+}
+
+impl Conn {
+    /// Runs one script command on a connection of this mode, reloading the script once on
+    /// NOSCRIPT.
+    async fn eval(&self, lua: &LuaScript, cmd: &Cmd) -> Result<Value, ConnError> {
+        match self {
+            Conn::Manager(manager) => eval_on(&mut manager.clone(), lua, cmd).await,
+            Conn::Pool(pool) => {
+                let mut pooled = pool.get().await.map_err(ConnError::Pool)?;
+                eval_on(&mut pooled, lua, cmd).await
+            }
+        }
+        .map_err(ConnError::Redis)
+    }
+}
+
 impl RedisBackend {
     /// Connects with the defaults (prefix `"syncguard"`, one multiplexed connection) and loads
     /// the scripts, so that a wrong URL, password or ACL fails here.
@@ -321,14 +359,11 @@ impl RedisBackend {
 
     /// Runs one script command, reloading the script once on NOSCRIPT.
     async fn eval(&self, script: &LuaScript, cmd: &Cmd) -> Result<Value, LockError> {
-        match &self.inner.conn {
-            Conn::Manager(manager) => eval_on(&mut manager.clone(), script, cmd).await,
-            Conn::Pool(pool) => {
-                let mut conn = pool.get().await.map_err(map_pool_error)?;
-                eval_on(&mut conn, script, cmd).await
-            }
-        }
-        .map_err(map_redis_error)
+        self.inner
+            .conn
+            .eval(script, cmd)
+            .await
+            .map_err(ConnError::into_lock_error)
     }
 
     async fn acquire_once(&self, key: &str, ttl: Duration) -> Result<AcquireOutcome, LockError> {
