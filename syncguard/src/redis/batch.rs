@@ -5,6 +5,8 @@
 //! calls, builds one command and answers each caller from its slot in the reply. Up to
 //! [`MAX_IN_FLIGHT`] batches are on the wire at once; calls made meanwhile queue up and form the
 //! next batch, so a lone caller pays one round trip as before, and many callers share them.
+//! Callers are answered a [`REPLY_GROUP`] at a time, so that the server works on the next batch
+//! while the client answers the rest of the last one.
 //! Redis runs a script atomically, so each call sees exactly what it would see alone, and the
 //! server spends its time on the locks instead of on a script call, a `TIME` and a network read
 //! per operation.
@@ -26,6 +28,12 @@ const MAX_BATCH: usize = 64;
 /// The most batches awaiting their reply at once; further calls queue for the next batch
 /// (more would split the callers of a multi-threaded runtime into small, costlier batches).
 const MAX_IN_FLIGHT: usize = 4;
+/// Callers are answered in groups of this many, with a yield between groups. On a
+/// current-thread runtime, a batch's callers would otherwise all run before the batch task
+/// does, so that each batch gathered every caller and the server idled while the client
+/// answered them (and the client while the server worked): the batches went in lockstep.
+/// Answered in groups, the first callers' next calls are sent while the others are answered.
+const REPLY_GROUP: usize = 16;
 
 /// One call, with the keys and arguments the batch script takes for it.
 pub(crate) enum Op {
@@ -187,7 +195,12 @@ async fn execute(conn: &Conn, index_prefix: &str, mut calls: Vec<Call>) {
         let mut orphans = Vec::new();
         match replies {
             Ok(replies) => {
-                for (call, reply) in calls.into_iter().zip(replies) {
+                for (i, (call, reply)) in calls.into_iter().zip(replies).enumerate() {
+                    if i > 0 && i % REPLY_GROUP == 0 {
+                        // Let the callers answered so far run: the calls they make next go out
+                        // as a batch while the rest are still being answered.
+                        tokio::task::yield_now().await;
+                    }
                     if let Err(Ok(reply)) = call.reply.send(reply) {
                         if let (
                             Op::Acquire {
