@@ -47,7 +47,7 @@ async fn backend(url: Option<String>) -> Result<Arc<dyn LockBackend>, syncguard:
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let backend = backend(std::env::args().nth(1)).await?;
     let app = Router::new().route("/jobs", post(create_job)).layer(
-        LockLayer::new(backend, key::header("idempotency-key"))
+        LockLayer::for_axum(backend, key::header("idempotency-key"))
             .with_ttl(Duration::from_secs(2))
             .with_max_hold(Duration::from_secs(60)),
     );

@@ -31,35 +31,40 @@ use syncguard_tower::{LockLayer, key};
 #[derive(Clone, Copy, PartialEq)]
 enum Kind {
     Plain,
+    /// `LockLayer::for_axum`, as the README shows for axum routers.
     Locked,
+    /// `LockLayer::new`: responses carry a `LockBody`, which axum boxes again.
+    LockedWrapped,
 }
 
 impl Kind {
+    const ALL: [Kind; 3] = [Kind::Plain, Kind::Locked, Kind::LockedWrapped];
+
     /// The router a command-line argument names (`plain` by default).
     fn from_arg(arg: Option<&String>) -> Self {
-        if arg.map(String::as_str) == Some("locked") {
-            Kind::Locked
-        } else {
-            Kind::Plain
+        match arg.map(String::as_str) {
+            Some("locked") => Kind::Locked,
+            Some("wrapped") => Kind::LockedWrapped,
+            _ => Kind::Plain,
         }
     }
 
     fn name(self) -> &'static str {
         match self {
             Kind::Plain => "plain router",
-            Kind::Locked => "router + LockLayer",
+            Kind::Locked => "router + `LockLayer::for_axum`",
+            Kind::LockedWrapped => "router + `LockLayer::new`",
         }
     }
 }
 
 fn app(kind: Kind) -> Router {
     let router = Router::new().route("/jobs", post(|| async { "ok" }));
+    let key = key::header("idempotency-key");
     match kind {
         Kind::Plain => router,
-        Kind::Locked => router.layer(LockLayer::new(
-            MemoryBackend::new(),
-            key::header("idempotency-key"),
-        )),
+        Kind::Locked => router.layer(LockLayer::for_axum(MemoryBackend::new(), key)),
+        Kind::LockedWrapped => router.layer(LockLayer::new(MemoryBackend::new(), key)),
     }
 }
 
@@ -194,41 +199,54 @@ fn main() {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(2.0);
-    println!("| router | connections | rounds | median req/s | min | max |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!(
+        "| router | connections | rounds | median req/s | min | max | overhead (median of paired rounds, quartiles) |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     for connections in [1, 16] {
-        let mut results = [Vec::new(), Vec::new()];
+        let mut results = [Vec::new(), Vec::new(), Vec::new()];
+        // Each round runs every router back to back; the overhead is taken per round, so the
+        // machine's drifts in speed between rounds cancel out.
+        let mut overheads = [Vec::new(), Vec::new(), Vec::new()];
         for round in 0..rounds {
-            // Alternate which goes first, so drifts in machine load hit both alike.
-            let order = if round % 2 == 0 {
-                [Kind::Plain, Kind::Locked]
-            } else {
-                [Kind::Locked, Kind::Plain]
-            };
+            // Rotate which goes first, so drifts within a round hit all alike.
+            let mut order = Kind::ALL;
+            order.rotate_left(round % Kind::ALL.len());
+            let mut rates = [0.0; 3];
             for kind in order {
-                let rate = runtime.block_on(throughput(
+                rates[kind as usize] = runtime.block_on(throughput(
                     kind,
                     connections,
                     Until::Elapsed(Duration::from_secs_f64(seconds)),
                 ));
-                results[usize::from(kind == Kind::Locked)].push(rate);
+            }
+            for kind in Kind::ALL {
+                let i = kind as usize;
+                results[i].push(rates[i]);
+                overheads[i].push((rates[0] / rates[i] - 1.0) * 100.0);
+            }
+            if std::env::var_os("VERBOSE").is_some() {
+                eprintln!("round {round}, {connections} connections: {rates:.0?} req/s");
             }
         }
-        let mut medians = [0.0; 2];
-        for (i, kind) in [Kind::Plain, Kind::Locked].into_iter().enumerate() {
+        for kind in Kind::ALL {
+            let i = kind as usize;
             let values = &mut results[i];
-            medians[i] = median(values);
+            let middle = median(values);
+            let overhead = if kind == Kind::Plain {
+                String::new()
+            } else {
+                let values = &mut overheads[i];
+                let middle = median(values);
+                let (low, high) = (values[rounds / 4], values[rounds - 1 - rounds / 4]);
+                format!("{middle:+.1} % ({low:+.1} %, {high:+.1} %)")
+            };
             println!(
-                "| {} | {connections} | {rounds} | {:.0} | {:.0} | {:.0} |",
+                "| {} | {connections} | {rounds} | {middle:.0} | {:.0} | {:.0} | {overhead} |",
                 kind.name(),
-                medians[i],
                 values[0],
                 values[values.len() - 1]
             );
         }
-        println!(
-            "| overhead | {connections} | | {:+.1} % | | |",
-            (medians[0] / medians[1] - 1.0) * 100.0
-        );
     }
 }

@@ -118,6 +118,70 @@ pub(crate) fn release(mut guard: LockGuard) -> Option<ReleaseFuture> {
     }))
 }
 
+/// Which body type the responses of a [`LockService`](crate::LockService) have, given the
+/// inner service's body type `B`.
+///
+/// - [`Wrapped`] (the default): a [`LockBody<B>`] around the inner body. Works with any body.
+/// - `axum::body::Body` (feature `axum`, [`LockLayer::for_axum`](crate::LockLayer::for_axum)):
+///   axum's own body type. axum boxes every response body that is not already its `Body`, so
+///   on an axum router this saves a box and a layer of indirection per response; the inner
+///   body is handed on as it is when it is axum's `Body`.
+///
+/// Sealed: implemented only by this crate.
+pub trait ResponseBodies<B>: sealed::Sealed {
+    /// The body type of the responses.
+    type Body;
+
+    /// The inner service's body, handed on.
+    #[doc(hidden)]
+    fn inner(body: B) -> Self::Body;
+
+    /// A body of the layer's own (a rejection, or a body holding the lock).
+    #[doc(hidden)]
+    fn wrap(body: LockBody<B>) -> Self::Body;
+}
+
+/// The default [`ResponseBodies`]: responses carry a [`LockBody`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Wrapped;
+
+impl<B> ResponseBodies<B> for Wrapped {
+    type Body = LockBody<B>;
+
+    fn inner(body: B) -> LockBody<B> {
+        LockBody::inner(body)
+    }
+
+    fn wrap(body: LockBody<B>) -> LockBody<B> {
+        body
+    }
+}
+
+#[cfg(feature = "axum")]
+impl<B> ResponseBodies<B> for axum::body::Body
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    type Body = axum::body::Body;
+
+    fn inner(body: B) -> axum::body::Body {
+        // No allocation when `B` is axum's `Body` already (axum checks the type).
+        axum::body::Body::new(body)
+    }
+
+    fn wrap(body: LockBody<B>) -> axum::body::Body {
+        axum::body::Body::new(body)
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::Wrapped {}
+    #[cfg(feature = "axum")]
+    impl Sealed for axum::body::Body {}
+}
+
 fn log_release_failure(released: Result<bool, LockError>, fence: syncguard::Fence) {
     if let Err(error) = released {
         tracing::warn!(%error, %fence, "syncguard_tower: release failed; the lock will expire at the end of its ttl");

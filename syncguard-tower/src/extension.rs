@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 ///
 /// let app: Router = Router::new()
 ///     .route("/jobs", post(run_job))
-///     .layer(LockLayer::new(MemoryBackend::new(), key::header("idempotency-key")));
+///     .layer(LockLayer::for_axum(MemoryBackend::new(), key::header("idempotency-key")));
 /// ```
 #[derive(Clone)]
 pub struct HeldLock {

@@ -12,7 +12,7 @@ use pin_project_lite::pin_project;
 use syncguard::{LockGuard, OnLost};
 use tower::Service;
 
-use crate::body::{LockBody, release};
+use crate::body::{LockBody, ResponseBodies, Wrapped, release};
 use crate::extension::HeldLock;
 use crate::layer::{Config, ReleaseOn};
 use crate::response::Rejection;
@@ -30,12 +30,13 @@ pin_project! {
     /// inner future is pending (and cancels it if the lock is lost), then releases the lock
     /// (or hands it to the body, with [`ReleaseOn::BodyEnd`]). Dropping it at any point
     /// releases the lock in the background.
-    pub struct ResponseFuture<S, ReqBody, ResBody>
+    pub struct ResponseFuture<S, ReqBody, ResBody, M = Wrapped>
     where
         S: Service<Request<ReqBody>>,
+        M: ResponseBodies<ResBody>,
     {
         #[pin]
-        state: State<S, S::Future, ReqBody, Result<Response<LockBody<ResBody>>, S::Error>>,
+        state: State<S, S::Future, ReqBody, Result<Response<M::Body>, S::Error>>,
         config: Arc<Config>,
     }
 }
@@ -63,9 +64,10 @@ pin_project! {
     }
 }
 
-impl<S, ReqBody, ResBody> ResponseFuture<S, ReqBody, ResBody>
+impl<S, ReqBody, ResBody, M> ResponseFuture<S, ReqBody, ResBody, M>
 where
     S: Service<Request<ReqBody>>,
+    M: ResponseBodies<ResBody>,
 {
     pub(crate) fn unlocked(inner: S::Future, config: Arc<Config>) -> Self {
         Self {
@@ -116,12 +118,13 @@ where
     service.call(request)
 }
 
-impl<S, ReqBody, ResBody> Future for ResponseFuture<S, ReqBody, ResBody>
+impl<S, ReqBody, ResBody, M> Future for ResponseFuture<S, ReqBody, ResBody, M>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     ResBody: Body,
+    M: ResponseBodies<ResBody>,
 {
-    type Output = Result<Response<LockBody<ResBody>>, S::Error>;
+    type Output = Result<Response<M::Body>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
@@ -141,7 +144,9 @@ where
                         }
                         Err(rejection) => {
                             this.state.set(State::Done);
-                            return Poll::Ready(Ok(rejection.into_response(this.config)));
+                            return Poll::Ready(Ok(rejection
+                                .into_response(this.config)
+                                .map(M::wrap)));
                         }
                     }
                 }
@@ -152,7 +157,7 @@ where
                     if let Poll::Ready(result) = inner.poll(cx) {
                         let Some(guard) = guard.take() else {
                             this.state.set(State::Done);
-                            return Poll::Ready(result.map(|r| r.map(LockBody::inner)));
+                            return Poll::Ready(result.map(|r| r.map(M::inner)));
                         };
                         let output = match (this.config.release, result) {
                             (ReleaseOn::BodyEnd, Ok(response))
@@ -160,11 +165,10 @@ where
                             {
                                 let watch = !matches!(this.config.on_lost, OnLost::Notify);
                                 this.state.set(State::Done);
-                                return Poll::Ready(Ok(
-                                    response.map(|body| LockBody::holding(body, guard, watch))
-                                ));
+                                return Poll::Ready(Ok(response
+                                    .map(|body| M::wrap(LockBody::holding(body, guard, watch)))));
                             }
-                            (_, result) => result.map(|r| r.map(LockBody::inner)),
+                            (_, result) => result.map(|r| r.map(M::inner)),
                         };
                         let Some(release) = release(guard) else {
                             this.state.set(State::Done);
@@ -187,7 +191,9 @@ where
                     {
                         tracing::warn!(%reason, "syncguard_tower: lock lost while the handler ran; cancelling it");
                         this.state.set(State::Done); // drops the handler and the guard
-                        return Poll::Ready(Ok(Rejection::Lost(reason).into_response(this.config)));
+                        return Poll::Ready(Ok(Rejection::Lost(reason)
+                            .into_response(this.config)
+                            .map(M::wrap)));
                     }
                     return Poll::Pending;
                 }
@@ -205,9 +211,10 @@ where
     }
 }
 
-impl<S, ReqBody, ResBody> fmt::Debug for ResponseFuture<S, ReqBody, ResBody>
+impl<S, ReqBody, ResBody, M> fmt::Debug for ResponseFuture<S, ReqBody, ResBody, M>
 where
     S: Service<Request<ReqBody>>,
+    M: ResponseBodies<ResBody>,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {

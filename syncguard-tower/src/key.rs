@@ -279,7 +279,7 @@ mod path_param {
     ///
     /// let app: Router = Router::new()
     ///     .route("/jobs/{id}/run", post(|| async { "ran" }))
-    ///     .route_layer(LockLayer::new(MemoryBackend::new(), key::path_param("id")));
+    ///     .route_layer(LockLayer::for_axum(MemoryBackend::new(), key::path_param("id")));
     /// ```
     pub fn path_param(name: impl Into<Cow<'static, str>>) -> PathParam {
         PathParam {

@@ -1,6 +1,7 @@
 //! The layer: which backend, how requests are keyed, and the lock options.
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,6 +9,7 @@ use http::StatusCode;
 use syncguard::{LockBackend, LockOptions, OnLost, RetryPolicy};
 use tower::Layer;
 
+use crate::body::Wrapped;
 use crate::service::LockService;
 
 /// When the layer releases a request's lock.
@@ -90,8 +92,13 @@ pub(crate) struct Layered<K> {
 /// | [`on_lost`](Self::with_on_lost) | [`OnLost::Cancel`]: the handler is dropped and 503 / `UNAVAILABLE` answered |
 /// | contention | `423 Locked` ([`with_contended_status`](Self::with_contended_status)); gRPC `ABORTED` |
 ///
+/// # Constructors
+/// [`new`](Self::new) for any HTTP service (hyper, tower stacks); [`for_axum`](Self::for_axum)
+/// for axum routers (the same layer, whose responses carry axum's own body type, which axum
+/// takes without boxing it again); [`for_grpc`](Self::for_grpc) for tonic.
+///
 /// # Answers
-/// | situation | HTTP ([`new`](Self::new)) | gRPC ([`for_grpc`](Self::for_grpc)) |
+/// | situation | HTTP ([`new`](Self::new), [`for_axum`](Self::for_axum)) | gRPC ([`for_grpc`](Self::for_grpc)) |
 /// |---|---|---|
 /// | the key is held elsewhere (after waiting, if configured) | 423 (or 409), `Retry-After`, `application/problem+json` | `ABORTED`, `grpc-retry-pushback-ms` |
 /// | the backend failed (unreachable, timeout, auth) | 503, `Retry-After: 1` | `UNAVAILABLE` |
@@ -108,7 +115,7 @@ pub(crate) struct Layered<K> {
 /// use syncguard::MemoryBackend;
 /// use syncguard_tower::{HeldLock, LockLayer, ReleaseOn, key};
 ///
-/// let locks = LockLayer::new(MemoryBackend::new(), key::header("idempotency-key"))
+/// let locks = LockLayer::for_axum(MemoryBackend::new(), key::header("idempotency-key"))
 ///     .with_ttl(Duration::from_secs(10))
 ///     .with_wait(Duration::from_secs(2))
 ///     .with_max_hold(Duration::from_secs(300))
@@ -117,22 +124,28 @@ pub(crate) struct Layered<K> {
 ///     .route("/jobs", post(|lock: HeldLock| async move { format!("fence {}", lock.fence()) }))
 ///     .layer(locks);
 /// ```
+///
+/// `M` is the body type of the responses (see [`ResponseBodies`](crate::ResponseBodies)): a
+/// [`LockBody`](crate::LockBody) around the inner body by default, or axum's `Body` with
+/// [`for_axum`](LockLayer::for_axum).
 #[must_use]
-pub struct LockLayer<K> {
+pub struct LockLayer<K, M = Wrapped> {
     make_key: Arc<K>,
     config: Arc<Config>,
+    bodies: PhantomData<fn() -> M>,
 }
 
-impl<K> Clone for LockLayer<K> {
+impl<K, M> Clone for LockLayer<K, M> {
     fn clone(&self) -> Self {
         Self {
             make_key: Arc::clone(&self.make_key),
             config: Arc::clone(&self.config),
+            bodies: PhantomData,
         }
     }
 }
 
-impl<K> fmt::Debug for LockLayer<K> {
+impl<K, M> fmt::Debug for LockLayer<K, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockLayer")
             .field("config", &self.config)
@@ -143,6 +156,9 @@ impl<K> fmt::Debug for LockLayer<K> {
 impl<K> LockLayer<K> {
     /// A layer for HTTP services (axum, hyper, tower-http stacks) that locks each request on
     /// the key `make_key` gives, in `backend`.
+    ///
+    /// On an axum router, [`for_axum`](LockLayer::for_axum) does the same with less work per
+    /// response.
     ///
     /// `make_key` is a built-in from [`key`](crate::key) or a closure
     /// `Fn(&http::Request<B>) -> Option<String>` (annotate the argument's type, for example
@@ -178,9 +194,34 @@ impl<K> LockLayer<K> {
         layer.config().grpc_contended = Some(tonic::Code::Aborted);
         layer
     }
+}
 
+#[cfg(feature = "axum")]
+impl<K> LockLayer<K, axum::body::Body> {
+    /// [`new`](LockLayer::new) for axum routers: the responses carry axum's own `Body`, so
+    /// axum takes them as they are, where it would box a [`LockBody`](crate::LockBody) (one
+    /// allocation and one indirection per response; the handler's body is handed on
+    /// untouched). The answers and options are those of [`new`](LockLayer::new).
+    ///
+    /// ```
+    /// use axum::{Router, routing::post};
+    /// use syncguard::MemoryBackend;
+    /// use syncguard_tower::{LockLayer, key};
+    ///
+    /// let app: Router = Router::new()
+    ///     .route("/jobs", post(|| async { "done" }))
+    ///     .layer(LockLayer::for_axum(MemoryBackend::new(), key::header("idempotency-key")));
+    /// ```
+    #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+    pub fn for_axum<B: LockBackend + 'static>(backend: B, make_key: K) -> Self {
+        Self::build(Arc::new(backend), make_key)
+    }
+}
+
+impl<K, M> LockLayer<K, M> {
     fn build(backend: Arc<dyn LockBackend>, make_key: K) -> Self {
         Self {
+            bodies: PhantomData,
             make_key: Arc::new(make_key),
             config: Arc::new(Config {
                 backend,
@@ -362,8 +403,8 @@ impl<K> LockLayer<K> {
     }
 }
 
-impl<S, K> Layer<S> for LockLayer<K> {
-    type Service = LockService<S, K>;
+impl<S, K, M> Layer<S> for LockLayer<K, M> {
+    type Service = LockService<S, K, M>;
 
     fn layer(&self, inner: S) -> Self::Service {
         LockService::new(

@@ -25,7 +25,7 @@
 //!
 //! let backend = MemoryBackend::new(); // or PostgresBackend / RedisBackend, shared by replicas
 //! let app = Router::new().route("/jobs", post(create_job)).layer(
-//!     LockLayer::new(backend.clone(), key::header("idempotency-key"))
+//!     LockLayer::for_axum(backend.clone(), key::header("idempotency-key"))
 //!         .with_ttl(Duration::from_secs(10)),
 //! );
 //!
@@ -68,7 +68,7 @@ mod layer;
 mod response;
 mod service;
 
-pub use body::{BoxError, LockBody};
+pub use body::{BoxError, LockBody, ResponseBodies, Wrapped};
 pub use extension::HeldLock;
 #[cfg(feature = "axum")]
 pub use extension::MissingLock;

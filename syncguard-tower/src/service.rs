@@ -1,6 +1,7 @@
 //! The service: keys each request, and hands it to a [`ResponseFuture`].
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -8,7 +9,7 @@ use bytes::Bytes;
 use http::{Request, Response};
 use tower::Service;
 
-use crate::body::{BoxError, LockBody};
+use crate::body::{BoxError, ResponseBodies, Wrapped};
 use crate::future::{AcquireFuture, ResponseFuture};
 use crate::key::MakeKey;
 use crate::layer::{Config, Layered};
@@ -38,14 +39,19 @@ use syncguard::LockError;
 /// # }
 /// ```
 #[must_use]
-pub struct LockService<S, K> {
+pub struct LockService<S, K, M = Wrapped> {
     inner: S,
     layered: Arc<Layered<K>>,
+    bodies: PhantomData<fn() -> M>,
 }
 
-impl<S, K> LockService<S, K> {
+impl<S, K, M> LockService<S, K, M> {
     pub(crate) fn new(inner: S, layered: Arc<Layered<K>>) -> Self {
-        Self { inner, layered }
+        Self {
+            inner,
+            layered,
+            bodies: PhantomData,
+        }
     }
 
     /// The inner service.
@@ -64,16 +70,13 @@ impl<S, K> LockService<S, K> {
     }
 }
 
-impl<S: Clone, K> Clone for LockService<S, K> {
+impl<S: Clone, K, M> Clone for LockService<S, K, M> {
     fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            layered: Arc::clone(&self.layered),
-        }
+        Self::new(self.inner.clone(), Arc::clone(&self.layered))
     }
 }
 
-impl<S: fmt::Debug, K> fmt::Debug for LockService<S, K> {
+impl<S: fmt::Debug, K, M> fmt::Debug for LockService<S, K, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockService")
             .field("inner", &self.inner)
@@ -82,16 +85,17 @@ impl<S: fmt::Debug, K> fmt::Debug for LockService<S, K> {
     }
 }
 
-impl<S, K, ReqBody, ResBody> Service<Request<ReqBody>> for LockService<S, K>
+impl<S, K, M, ReqBody, ResBody> Service<Request<ReqBody>> for LockService<S, K, M>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
     K: MakeKey<ReqBody>,
+    M: ResponseBodies<ResBody>,
     ResBody: http_body::Body<Data = Bytes>,
     ResBody::Error: Into<BoxError>,
 {
-    type Response = Response<LockBody<ResBody>>;
+    type Response = Response<M::Body>;
     type Error = S::Error;
-    type Future = ResponseFuture<S, ReqBody, ResBody>;
+    type Future = ResponseFuture<S, ReqBody, ResBody, M>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)

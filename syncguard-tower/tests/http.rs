@@ -93,7 +93,7 @@ fn job_app(
     backend: impl LockBackend + 'static,
     probe: Probe,
     sleep: Duration,
-    layer: impl FnOnce(LockLayer<key::Header>) -> LockLayer<key::Header>,
+    layer: impl FnOnce(LockLayer<key::Header, Body>) -> LockLayer<key::Header, Body>,
 ) -> Router {
     Router::new()
         .route(
@@ -103,7 +103,7 @@ fn job_app(
                 lock.map_or("unlocked".to_owned(), |lock| lock.fence().to_string())
             }),
         )
-        .layer(layer(LockLayer::new(
+        .layer(layer(LockLayer::for_axum(
             backend,
             key::header("idempotency-key"),
         )))
@@ -358,7 +358,7 @@ fn stolen_app(backend: MemoryBackend, on_lost: OnLost, finished: Arc<AtomicBool>
             }),
         )
         .layer(
-            LockLayer::new(backend, key::header("idempotency-key"))
+            LockLayer::for_axum(backend, key::header("idempotency-key"))
                 .with_ttl(Duration::from_millis(300))
                 .with_on_lost(on_lost),
         )
@@ -526,7 +526,7 @@ fn streaming_app(release: ReleaseOn) -> Router {
             }),
         )
         .layer(
-            LockLayer::new(MemoryBackend::new(), key::header("idempotency-key"))
+            LockLayer::for_axum(MemoryBackend::new(), key::header("idempotency-key"))
                 .with_release(release),
         )
 }

@@ -187,7 +187,7 @@ pub async fn one_key_at_a_time_over_http<B: LockBackend + 'static>(backend: B) {
             }),
         )
         .layer(
-            LockLayer::new(backend, key::header("idempotency-key").with_prefix(prefix))
+            LockLayer::for_axum(backend, key::header("idempotency-key").with_prefix(prefix))
                 .with_ttl(Duration::from_millis(500)),
         );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
