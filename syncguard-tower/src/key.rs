@@ -18,6 +18,7 @@ use std::borrow::Cow;
 
 use http::Request;
 use http::header::HeaderName;
+use syncguard::__private::KeyText;
 
 /// Derives the lock key of a request; `None` lets the request through unlocked.
 ///
@@ -42,7 +43,38 @@ use http::header::HeaderName;
 pub trait MakeKey<B> {
     /// The lock key of `request`, or `None` to run it without a lock.
     fn make_key(&self, request: &Request<B>) -> Option<String>;
+
+    /// [`make_key`](Self::make_key) as the layer keeps it: the built-in keys make it from
+    /// their parts without allocating.
+    #[doc(hidden)]
+    fn make_key_text(&self, request: &Request<B>) -> Option<KeyText> {
+        self.make_key(request).map(KeyText::from)
+    }
 }
+
+/// A built-in key, made from parts of the request: as a `String` ([`MakeKey::make_key`]) or
+/// inline ([`MakeKey::make_key_text`]).
+trait KeyParts<B> {
+    /// `join` applied to the parts of the key of `request`; `None` to run it unlocked.
+    fn join<T>(&self, request: &Request<B>, join: impl FnOnce(&[&str]) -> T) -> Option<T>;
+}
+
+/// `MakeKey` for built-in keys, from their [`KeyParts`].
+macro_rules! make_key_from_parts {
+    ($($key:ty),*) => {$(
+        impl<B> MakeKey<B> for $key {
+            fn make_key(&self, request: &Request<B>) -> Option<String> {
+                KeyParts::join(self, request, concat)
+            }
+
+            fn make_key_text(&self, request: &Request<B>) -> Option<KeyText> {
+                KeyParts::join(self, request, KeyText::concat)
+            }
+        }
+    )*};
+}
+
+make_key_from_parts!(Header, MethodAndPath, PathAndHeader);
 
 impl<B, F> MakeKey<B> for F
 where
@@ -102,10 +134,10 @@ impl Header {
     }
 }
 
-impl<B> MakeKey<B> for Header {
-    fn make_key(&self, request: &Request<B>) -> Option<String> {
+impl<B> KeyParts<B> for Header {
+    fn join<T>(&self, request: &Request<B>, join: impl FnOnce(&[&str]) -> T) -> Option<T> {
         let value = header_value(request, &self.name)?;
-        Some(concat(&[&self.prefix, &value]))
+        Some(join(&[&self.prefix, &value]))
     }
 }
 
@@ -172,9 +204,9 @@ impl MethodAndPath {
     }
 }
 
-impl<B> MakeKey<B> for MethodAndPath {
-    fn make_key(&self, request: &Request<B>) -> Option<String> {
-        Some(concat(&[
+impl<B> KeyParts<B> for MethodAndPath {
+    fn join<T>(&self, request: &Request<B>, join: impl FnOnce(&[&str]) -> T) -> Option<T> {
+        Some(join(&[
             &self.prefix,
             request.method().as_str(),
             " ",
@@ -236,10 +268,10 @@ impl PathAndHeader {
     }
 }
 
-impl<B> MakeKey<B> for PathAndHeader {
-    fn make_key(&self, request: &Request<B>) -> Option<String> {
+impl<B> KeyParts<B> for PathAndHeader {
+    fn join<T>(&self, request: &Request<B>, join: impl FnOnce(&[&str]) -> T) -> Option<T> {
         let value = header_value(request, &self.name)?;
-        Some(concat(&[&self.prefix, request.uri().path(), " ", &value]))
+        Some(join(&[&self.prefix, request.uri().path(), " ", &value]))
     }
 }
 
@@ -253,7 +285,7 @@ mod path_param {
     use axum::extract::MatchedPath;
     use http::Request;
 
-    use super::{MakeKey, concat};
+    use super::{KeyParts, KeyText, MakeKey, concat};
 
     /// One axum route parameter: see [`path_param`].
     #[derive(Debug, Clone)]
@@ -302,8 +334,10 @@ mod path_param {
         }
     }
 
-    impl<B> MakeKey<B> for PathParam {
-        fn make_key(&self, request: &Request<B>) -> Option<String> {
+    make_key_from_parts!(PathParam);
+
+    impl<B> KeyParts<B> for PathParam {
+        fn join<T>(&self, request: &Request<B>, join: impl FnOnce(&[&str]) -> T) -> Option<T> {
             let Some(matched) = request.extensions().get::<MatchedPath>() else {
                 tracing::warn!(
                     param = %self.name,
@@ -313,8 +347,8 @@ mod path_param {
             };
             let value = super::route_param(matched.as_str(), request.uri().path(), &self.name)?;
             Some(match &self.prefix {
-                Some(prefix) => concat(&[prefix, &value]),
-                None => concat(&[matched.as_str(), "#", &value]),
+                Some(prefix) => join(&[prefix, &value]),
+                None => join(&[matched.as_str(), "#", &value]),
             })
         }
     }

@@ -103,7 +103,7 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let Layered { make_key, config } = &*self.layered;
-        let Some(key) = make_key.make_key(&request) else {
+        let Some(key) = make_key.make_key_text(&request) else {
             return ResponseFuture::unlocked(self.inner.call(request), Arc::clone(config));
         };
         // A backend that answers at once (in-process) needs no acquire future, and the inner

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::backend::{ExtendOutcome, Lease, LockBackend, ReleaseOutcome};
+use crate::key_text::KeyText;
 use crate::observe::LockObserver;
 use crate::time::now_ms;
 use crate::{Fence, LockError, LockId, LostReason};
@@ -86,7 +87,7 @@ type KeepFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// State shared between the guard and its keeper task.
 struct Shared {
-    key: String,
+    key: KeyText,
     lock_id: LockId,
     fence: Fence,
     ttl: Duration,
@@ -191,7 +192,7 @@ impl LockGuard {
     /// Must be called within a tokio runtime.
     pub(crate) fn start(
         backend: Arc<dyn LockBackend>,
-        key: String,
+        key: KeyText,
         ttl: Duration,
         lease: Lease,
         sent: SentAt,
@@ -302,7 +303,7 @@ impl LockGuard {
 
     /// The (NFC-normalized) key this guard holds.
     pub fn key(&self) -> &str {
-        &self.shared.key
+        self.shared.key.as_str()
     }
 
     /// The lock id of this acquisition.
@@ -464,7 +465,7 @@ impl GuardView {
 
     /// As [`LockGuard::key`].
     pub fn key(&self) -> &str {
-        &self.shared.key
+        self.shared.key.as_str()
     }
 
     /// As [`LockGuard::lock_id`].
@@ -554,7 +555,7 @@ impl Shared {
         if self.lost_reason.set(reason).is_ok() {
             tracing::warn!(fence = %self.fence, %reason, "syncguard lock lost");
             if let Some(observer) = &self.observer {
-                observer.lost(&self.key, reason, self.acquired_at.elapsed());
+                observer.lost(self.key.as_str(), reason, self.acquired_at.elapsed());
             }
             fence(Ordering::SeqCst);
             if let Some(token) = self.lost_token.get() {
@@ -565,13 +566,13 @@ impl Shared {
 
     fn report_released(&self) {
         if let Some(observer) = &self.observer {
-            observer.released(&self.key, self.acquired_at.elapsed());
+            observer.released(self.key.as_str(), self.acquired_at.elapsed());
         }
     }
 
     fn report_heartbeat(&self, ok: bool) {
         if let Some(observer) = &self.observer {
-            observer.heartbeat(&self.key, ok);
+            observer.heartbeat(self.key.as_str(), ok);
         }
     }
 }

@@ -33,7 +33,18 @@ pub const MAX_KEY_LENGTH_BYTES: usize = 512;
 ///
 /// # Errors
 /// [`LockError::InvalidArgument`] for an empty or oversized key.
+#[inline]
 pub fn normalize_key(key: &str) -> Result<Cow<'_, str>, LockError> {
+    // The common case, inlined where keys are taken: ASCII is always in NFC, and telling it is
+    // much cheaper than the quick check.
+    if key.is_ascii() && !key.is_empty() && key.len() <= MAX_KEY_LENGTH_BYTES {
+        return Ok(Cow::Borrowed(key));
+    }
+    normalize_other(key)
+}
+
+/// [`normalize_key`] for keys that are not plain ASCII of a valid length.
+fn normalize_other(key: &str) -> Result<Cow<'_, str>, LockError> {
     let normalized = nfc(key);
     if normalized.is_empty() {
         return Err(LockError::invalid_argument("lock key must not be empty"));
@@ -48,7 +59,6 @@ pub fn normalize_key(key: &str) -> Result<Cow<'_, str>, LockError> {
 }
 
 fn nfc(value: &str) -> Cow<'_, str> {
-    // ASCII is always in NFC, and telling it is much cheaper than the quick check.
     if value.is_ascii() {
         return Cow::Borrowed(value);
     }

@@ -15,6 +15,7 @@ mod fence;
 pub mod firestore;
 mod guard;
 pub mod key;
+mod key_text;
 mod lock;
 mod lock_id;
 #[cfg(feature = "memory")]

@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::backend::{AcquireOutcome, Lease, LockBackend};
 use crate::guard::{KeepPolicy, LockGuard, SentAt};
 use crate::key::normalize_key;
+use crate::key_text::KeyText;
 use crate::observe::LockObserver;
 use crate::time::ttl_millis;
 use crate::{LockError, LostReason, RetryPolicy};
@@ -199,7 +200,7 @@ pub(crate) async fn acquire_keeping(
 ) -> Result<LockGuard, LockError> {
     let key = normalize_key(&options.key)?;
     let taken = take_lease(backend.as_ref(), options, &key).await?;
-    Ok(taken.into_guard(backend, key.into_owned(), options, driven))
+    Ok(taken.into_guard(backend, KeyText::from(key.into_owned()), options, driven))
 }
 
 /// [`acquire_keeping`] with a driven keeper, for an owner that has the key of this one
@@ -216,7 +217,8 @@ pub(crate) async fn acquire_driven(
     };
     let taken = take_lease(backend.as_ref(), options, &normalized).await;
     let normalized = owned(normalized);
-    driven_guard(taken, backend, key, normalized, options)
+    driven_guard(taken, backend, KeyText::from(key), normalized, options)
+        .map_err(|(error, key)| (error, key.into_string()))
 }
 
 /// What `acquire_driven_now` decided.
@@ -236,21 +238,21 @@ pub enum AcquiredNow {
 /// ([`LockBackend::try_acquire_now`]).
 pub(crate) fn acquire_driven_now(
     backend: &Arc<dyn LockBackend>,
-    key: String,
+    key: KeyText,
     options: &LockOptions,
 ) -> AcquiredNow {
-    let normalized = match normalize_key(&key) {
+    let normalized = match normalize_key(key.as_str()) {
         Ok(normalized) => normalized,
-        Err(error) => return AcquiredNow::Failed(error, key),
+        Err(error) => return AcquiredNow::Failed(error, key.into_string()),
     };
     let taken = take_lease_now(backend.as_ref(), options, &normalized);
     let normalized = owned(normalized);
     let Some(taken) = taken else {
-        return AcquiredNow::Later(key);
+        return AcquiredNow::Later(key.into_string());
     };
     match driven_guard(taken, Arc::clone(backend), key, normalized, options) {
         Ok(guard) => AcquiredNow::Acquired(guard),
-        Err((error, key)) => AcquiredNow::Failed(error, key),
+        Err((error, key)) => AcquiredNow::Failed(error, key.into_string()),
     }
 }
 
@@ -266,12 +268,15 @@ fn owned(normalized: Cow<'_, str>) -> Option<String> {
 fn driven_guard(
     taken: Result<Taken, LockError>,
     backend: Arc<dyn LockBackend>,
-    key: String,
+    key: KeyText,
     normalized: Option<String>,
     options: &LockOptions,
-) -> Result<LockGuard, (LockError, String)> {
+) -> Result<LockGuard, (LockError, KeyText)> {
     match taken {
-        Ok(taken) => Ok(taken.into_guard(backend, normalized.unwrap_or(key), options, true)),
+        Ok(taken) => {
+            let key = normalized.map_or(key, KeyText::from);
+            Ok(taken.into_guard(backend, key, options, true))
+        }
         Err(error) => Err((error, key)),
     }
 }
@@ -287,7 +292,7 @@ impl Taken {
     fn into_guard(
         self,
         backend: Arc<dyn LockBackend>,
-        key: String,
+        key: KeyText,
         options: &LockOptions,
         driven: bool,
     ) -> LockGuard {

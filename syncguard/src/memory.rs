@@ -274,8 +274,14 @@ impl State {
         now: u64,
     ) -> Result<AcquireOutcome, LockError> {
         self.sweep_if_due(now);
-        let stored = find_lock(&mut self.locks, hash, |held| held.key.is(key));
-        if stored.as_ref().is_some_and(|held| held.is_live(now)) {
+        // One lookup of the key's hash serves the check and the insertion.
+        let entry = self.locks.entry(hash);
+        if let Entry::Occupied(bucket) = &entry
+            && bucket
+                .get()
+                .locks()
+                .any(|held| held.key.is(key) && held.is_live(now))
+        {
             return Ok(AcquireOutcome::Contended);
         }
         let counter = self.fences.entry(hash).or_insert(0);
@@ -290,21 +296,26 @@ impl State {
             acquired_at_ms: now,
             fence,
         };
-        match stored {
-            // An expired lock on the key: replaced, with its index entry.
-            Some(stored) => {
-                let expired = std::mem::replace(stored, held);
-                self.ids.remove(&expired.lock_id);
-            }
-            None => match self.locks.entry(hash) {
-                Entry::Occupied(bucket) => bucket.into_mut().collided.push(held),
-                Entry::Vacant(bucket) => {
-                    bucket.insert(Bucket {
-                        first: held,
-                        collided: Vec::new(),
-                    });
+        match entry {
+            Entry::Occupied(bucket) => {
+                let bucket = bucket.into_mut();
+                let stored = bucket.locks_mut().find(|stored| stored.key.is(key));
+                match stored {
+                    // An expired lock on the key: replaced, with its index entry.
+                    Some(stored) => {
+                        let expired = std::mem::replace(stored, held);
+                        self.ids.remove(&expired.lock_id);
+                    }
+                    // Another key with the same hash.
+                    None => bucket.collided.push(held),
                 }
-            },
+            }
+            Entry::Vacant(bucket) => {
+                bucket.insert(Bucket {
+                    first: held,
+                    collided: Vec::new(),
+                });
+            }
         }
         self.ids.insert(lock_id.clone(), hash);
         self.since_sweep += 1;

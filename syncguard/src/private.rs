@@ -7,6 +7,7 @@ use std::task::{Context, Poll};
 pub use std::time::Duration;
 
 pub use crate::guard::GuardView;
+pub use crate::key_text::KeyText;
 pub use crate::lock::{acquire_shared, default_backend, release_logged, run_guarded};
 pub use crate::{
     Backoff, Jitter, LockBackend, LockError, LockGuard, LockOptions, LostReason, OnLost,
@@ -70,7 +71,7 @@ pub use crate::lock::AcquiredNow;
 /// when only [`acquire_driven`] can decide.
 pub fn acquire_driven_now(
     backend: &Arc<dyn LockBackend>,
-    key: String,
+    key: KeyText,
     options: &LockOptions,
 ) -> AcquiredNow {
     crate::lock::acquire_driven_now(backend, key, options)

@@ -28,7 +28,12 @@ pub fn now_ms() -> u64 {
     let since_epoch = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or(Duration::ZERO);
-    u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX)
+    // Whole milliseconds, as `as_millis` gives them, without its 128-bit arithmetic (this is
+    // read on every acquire and release).
+    since_epoch
+        .as_secs()
+        .saturating_mul(1000)
+        .saturating_add(u64::from(since_epoch.subsec_millis()))
 }
 
 /// Checks a ttl and converts it to whole milliseconds (sub-millisecond parts are dropped).

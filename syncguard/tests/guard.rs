@@ -536,7 +536,7 @@ async fn driven_acquisition_at_once_decides_what_it_can() {
     assert!(guard.release().await.unwrap());
     let guard = later.await.unwrap().unwrap();
     assert_eq!(guard.fence().get(), 2);
-    match acquire_driven_now(&memory, String::new(), &once) {
+    match acquire_driven_now(&memory, String::new().into(), &once) {
         AcquiredNow::Failed(error, _) => assert_eq!(error.code(), ErrorCode::InvalidArgument),
         other => panic!("an empty key fails at once: {other:?}"),
     }
