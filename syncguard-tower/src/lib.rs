@@ -56,7 +56,7 @@
 //! # Features
 //! | feature | default | what |
 //! |---|---|---|
-//! | `axum` | yes | [`HeldLock`] as an axum extractor, [`key::path_param`] |
+//! | `axum` | yes | [`LockLayer::for_axum`], [`HeldLock`] as an axum extractor, [`key::path_param`] |
 //! | `grpc` | no | [`LockLayer::for_grpc`]: rejections as `tonic::Status` |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
