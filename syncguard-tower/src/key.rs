@@ -435,4 +435,25 @@ mod tests {
         assert_eq!(key.make_key(&empty), None);
         assert_eq!(key.make_key(&Request::new(())), None);
     }
+
+    /// The layer takes built-in keys through `make_key_text`: the same text as `make_key`,
+    /// short (inline) or long.
+    #[test]
+    fn built_in_keys_give_the_same_text_both_ways() {
+        fn same<K: MakeKey<()>>(key: &K, request: &Request<()>) {
+            let text = key.make_key_text(request).map(KeyText::into_string);
+            assert_eq!(text, key.make_key(request), "{:?}", request.uri());
+        }
+        for value in ["7f3a", &"x".repeat(200)] {
+            let request = Request::post(format!("/jobs/{value}"))
+                .header("idempotency-key", value)
+                .header("x-job-id", value)
+                .body(())
+                .unwrap();
+            same(&header("idempotency-key"), &request);
+            same(&method_and_path().with_prefix("api:"), &request);
+            same(&path_and_header("x-job-id"), &request);
+        }
+        same(&header("idempotency-key"), &Request::new(()));
+    }
 }
