@@ -64,7 +64,8 @@ macro_rules! make_key_from_parts {
     ($($key:ty),*) => {$(
         impl<B> MakeKey<B> for $key {
             fn make_key(&self, request: &Request<B>) -> Option<String> {
-                KeyParts::join(self, request, concat)
+                // One allocation; `format!` costs several times as much.
+                KeyParts::join(self, request, |parts| parts.concat())
             }
 
             fn make_key_text(&self, request: &Request<B>) -> Option<KeyText> {
@@ -139,16 +140,6 @@ impl<B> KeyParts<B> for Header {
         let value = header_value(request, &self.name)?;
         Some(join(&[&self.prefix, &value]))
     }
-}
-
-/// The parts, one after the other, in a string allocated once: a key is made per request,
-/// and `format!` costs several times as much.
-fn concat(parts: &[&str]) -> String {
-    let mut key = String::with_capacity(parts.iter().map(|part| part.len()).sum());
-    for part in parts {
-        key.push_str(part);
-    }
-    key
 }
 
 fn header_value<'r, B>(request: &'r Request<B>, name: &HeaderName) -> Option<Cow<'r, str>> {
@@ -285,7 +276,7 @@ mod path_param {
     use axum::extract::MatchedPath;
     use http::Request;
 
-    use super::{KeyParts, KeyText, MakeKey, concat};
+    use super::{KeyParts, KeyText, MakeKey};
 
     /// One axum route parameter: see [`path_param`].
     #[derive(Debug, Clone)]

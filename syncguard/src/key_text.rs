@@ -29,11 +29,7 @@ impl KeyText {
             }
             Self(Repr::Inline(text))
         } else {
-            let mut text = String::with_capacity(len);
-            for part in parts {
-                text.push_str(part);
-            }
-            Self(Repr::Heap(text))
+            Self(Repr::Heap(parts.concat()))
         }
     }
 
