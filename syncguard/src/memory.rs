@@ -16,13 +16,20 @@ use crate::{Fence, LockError, LockId};
 
 /// Locks within one process: the embedded default backend.
 ///
-/// It implements the whole contract, fences included: each key's fences only grow, and its
-/// counter survives release and expiry for the life of the backend. That also means memory
-/// grows with the number of *distinct* keys ever locked: about 20 bytes each, as the counter is
-/// kept under a 64-bit keyed hash of the key, not the key itself (two keys whose hashes
-/// collide, which clients cannot aim for, would share a counter: their fences still only
-/// grow, with gaps). Held locks cost about 200 bytes more, keys up to 62 bytes included. Time authority is
-/// the local clock.
+/// It implements the whole contract, fences included: each key's fences only grow, across
+/// release and expiry, for the life of the backend. Memory stays bounded however many
+/// distinct keys are locked (a fresh idempotency key per request, say):
+///
+/// - The fence counters of held keys, and of up to 4,096 other recently locked keys, are kept
+///   (about 20 bytes each), so their fences go 1, 2, 3, ...
+/// - Beyond that, the counters of released keys are forgotten, and a forgotten (or new) key
+///   goes on from above every fence a forgotten key ever had: still strictly increasing for
+///   that key, with a gap.
+///
+/// Counters are kept under a 64-bit keyed hash of the key, not the key itself (two keys whose
+/// hashes collide, which clients cannot aim for, would share a counter: their fences still
+/// only grow, with gaps). Held locks cost about 200 bytes more, keys up to 62 bytes included.
+/// Time authority is the local clock.
 ///
 /// Clones share the same locks, so clone it freely into tasks. Locks are not shared between
 /// processes: use PostgreSQL, Redis or Firestore for that.
@@ -49,6 +56,9 @@ struct State {
     /// `RandomState`, as a `HashMap<String, _>` would), and the tables below keep that hash,
     /// so that resizing, release and extend never hash a key again.
     fences: ByHash<u64>,
+    /// At least every fence a forgotten counter reached: a key without a counter in `fences`
+    /// starts above it. 0 until counters are first forgotten, so new keys start at 1.
+    forgotten: u64,
     /// The stored locks (live, or expired and not yet dropped), by the hash of their key.
     locks: ByHash<Bucket>,
     /// Reverse index lock id → hash of its key, for release, extend and lookup by id. It holds
@@ -58,6 +68,9 @@ struct State {
     /// Acquisitions since the last sweep of expired locks.
     since_sweep: usize,
 }
+
+/// How many fence counters are kept beyond those of held keys; see [`MemoryBackend`].
+const KEPT_FENCES: usize = 4096;
 
 /// A table keyed by hashes computed beforehand.
 type ByHash<V> = HashMap<u64, V, BuildHasherDefault<KnownHash>>;
@@ -274,6 +287,9 @@ impl State {
         now: u64,
     ) -> Result<AcquireOutcome, LockError> {
         self.sweep_if_due(now);
+        if self.fences.len() >= KEPT_FENCES.max(2 * self.locks.len()) {
+            self.forget_fences();
+        }
         // One lookup of the key's hash serves the check and the insertion.
         let entry = self.locks.entry(hash);
         if let Entry::Occupied(bucket) = &entry
@@ -284,7 +300,7 @@ impl State {
         {
             return Ok(AcquireOutcome::Contended);
         }
-        let counter = self.fences.entry(hash).or_insert(0);
+        let counter = self.fences.entry(hash).or_insert(self.forgotten);
         let fence = Fence::new(*counter + 1)?;
         *counter = fence.get();
         let lock_id = LockId::generate();
@@ -358,6 +374,22 @@ impl State {
         };
         self.ids.remove(lock_id);
         ExtendOutcome::NotHeld(Some(reason))
+    }
+
+    /// Forgets the fence counters of the keys that hold no stored lock, keeping their highest
+    /// value in `forgotten`. It runs when the table has grown to twice the held keys at least,
+    /// so at most once per as many acquisitions as it visits counters: amortized O(1).
+    fn forget_fences(&mut self) {
+        let locks = &self.locks;
+        let mut forgotten = self.forgotten;
+        self.fences.retain(|hash, &mut counter| {
+            let held = locks.contains_key(hash);
+            if !held {
+                forgotten = forgotten.max(counter);
+            }
+            held
+        });
+        self.forgotten = forgotten;
     }
 
     /// Drops expired locks (never fence counters) once enough acquisitions have happened, so
@@ -534,6 +566,55 @@ mod tests {
         }
         assert!(state.locks.is_empty() && state.ids.is_empty());
         assert_eq!(state.fences.len(), 1);
+    }
+
+    #[test]
+    fn fence_memory_is_bounded_and_fences_still_only_grow() {
+        let mut state = State::default();
+        let now = 1_000_000;
+        let take = |state: &mut State, key: &str| lease(state.acquire(key, 60_000, now));
+        // Released after two rounds, then its counter is forgotten among many fresh keys.
+        for round in 1..=2 {
+            let job = take(&mut state, "job");
+            assert_eq!(job.fence.get(), round);
+            assert!(state.release(&job.lock_id, now).is_released());
+        }
+        // Held throughout: its counter is never forgotten.
+        let held = take(&mut state, "held");
+        for i in 0..3 * KEPT_FENCES {
+            let fresh = take(&mut state, &format!("idempotency:{i}"));
+            assert!(state.release(&fresh.lock_id, now).is_released());
+            assert!(state.fences.len() <= KEPT_FENCES, "{}", state.fences.len());
+        }
+        assert!(state.forgotten >= 2, "counters were forgotten");
+        // A forgotten key goes on above everything it had.
+        let job = take(&mut state, "job");
+        assert!(job.fence.get() > 2, "{}", job.fence.get());
+        assert!(state.release(&job.lock_id, now).is_released());
+        let again = take(&mut state, "job");
+        assert_eq!(again.fence.get(), job.fence.get() + 1, "remembered again");
+        assert!(state.release(&again.lock_id, now).is_released());
+        // The held key kept its own counter, and so its place in the sequence.
+        assert!(state.release(&held.lock_id, now).is_released());
+        assert_eq!(take(&mut state, "held").fence.get(), held.fence.get() + 1);
+        // A key never seen before starts above every forgotten counter.
+        assert!(take(&mut state, "new").fence.get() > state.forgotten);
+    }
+
+    #[test]
+    fn held_keys_keep_their_counters_however_many_there_are() {
+        let mut state = State::default();
+        let now = 1_000_000;
+        let held: Vec<_> = (0..2 * KEPT_FENCES)
+            .map(|i| lease(state.acquire(&format!("held:{i}"), 60_000, now)))
+            .collect();
+        assert!(held.iter().all(|lease| lease.fence.get() == 1));
+        for (i, first) in held.iter().enumerate() {
+            assert!(state.release(&first.lock_id, now).is_released());
+            let next = lease(state.acquire(&format!("held:{i}"), 60_000, now));
+            assert_eq!(next.fence.get(), 2, "held:{i}");
+        }
+        assert_eq!(state.fences.len(), 2 * KEPT_FENCES);
     }
 
     #[test]
