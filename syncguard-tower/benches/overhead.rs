@@ -9,6 +9,9 @@
 //! # calls, context switches): kind, requests, connections.
 //! perf stat -e task-clock,context-switches,syscalls:sys_enter_futex \
 //!     target/release/deps/overhead-* requests locked 20000 16
+//! # The server alone, for a load generator in another process (kind, port, worker threads);
+//! # wrk with a script that sends a fresh Idempotency-Key per request (see the README):
+//! target/release/deps/overhead-* serve locked 18002 1
 //! ```
 //!
 //! Every request carries a fresh `Idempotency-Key`, with or without the layer, so both
@@ -180,6 +183,29 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    if args.first().map(String::as_str) == Some("serve") {
+        // For a load generator in another process (wrk): kind, port, worker threads.
+        let kind = Kind::from_arg(args.get(1));
+        let port: u16 = args.get(2).and_then(|p| p.parse().ok()).unwrap_or(0);
+        let threads: usize = args.get(3).and_then(|t| t.parse().ok()).unwrap_or(1);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+                .await
+                .unwrap();
+            println!(
+                "{}: http://{}/jobs",
+                kind.name(),
+                listener.local_addr().unwrap()
+            );
+            axum::serve(listener, app(kind)).await.unwrap();
+        });
+        return;
+    }
     if args.first().map(String::as_str) == Some("requests") {
         let kind = Kind::from_arg(args.get(1));
         let n: u64 = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(20_000);
