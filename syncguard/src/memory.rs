@@ -20,7 +20,7 @@ use crate::{Fence, LockError, LockId};
 /// release and expiry, for the life of the backend. Memory stays bounded however many
 /// distinct keys are locked (a fresh idempotency key per request, say):
 ///
-/// - The fence counters of held keys, and of up to 4,096 other recently locked keys, are kept
+/// - The fence counters of held keys, and of up to 256 other recently locked keys, are kept
 ///   (about 20 bytes each), so their fences go 1, 2, 3, ...
 /// - Beyond that, the counters of released keys are forgotten, and a forgotten (or new) key
 ///   goes on from above every fence a forgotten key ever had: still strictly increasing for
@@ -69,8 +69,9 @@ struct State {
     since_sweep: usize,
 }
 
-/// How many fence counters are kept beyond those of held keys; see [`MemoryBackend`].
-const KEPT_FENCES: usize = 4096;
+/// How many fence counters are kept beyond those of held keys; see [`MemoryBackend`]. Small,
+/// so that the table stays in cache: each acquire of a fresh key touches a random slot.
+const KEPT_FENCES: usize = 256;
 
 /// A table keyed by hashes computed beforehand.
 type ByHash<V> = HashMap<u64, V, BuildHasherDefault<KnownHash>>;
