@@ -143,7 +143,14 @@ impl<B> KeyParts<B> for Header {
 }
 
 fn header_value<'r, B>(request: &'r Request<B>, name: &HeaderName) -> Option<Cow<'r, str>> {
-    let value = request.headers().get(name)?;
+    // A scan of the few headers a request has compares names without hashing one; the
+    // first value of the name is the one `HeaderMap::get` gives too.
+    let headers = request.headers();
+    let value = if headers.keys_len() <= 16 {
+        headers.iter().find(|(each, _)| *each == name)?.1
+    } else {
+        headers.get(name)?
+    };
     // Visible ASCII (the usual case) is checked faster than UTF-8 is decoded, and is blank
     // when it holds only spaces and tabs.
     let (value, blank) = match value.to_str() {
@@ -425,6 +432,31 @@ mod tests {
             .unwrap();
         assert_eq!(key.make_key(&empty), None);
         assert_eq!(key.make_key(&Request::new(())), None);
+    }
+
+    /// With few headers the value is found by a scan, with many by the map's lookup: both
+    /// give the first value of a repeated header, whatever comes before it.
+    #[test]
+    fn header_keys_take_the_first_value_with_few_or_many_headers() {
+        let key = header("idempotency-key");
+        for others in [0, 3, 40] {
+            let mut request = Request::builder();
+            for i in 0..others {
+                request = request.header(format!("x-other-{i}"), "v");
+            }
+            let request = request
+                .header("Idempotency-Key", "first")
+                .header("idempotency-key", "second")
+                .body(())
+                .unwrap();
+            assert_eq!(
+                key.make_key(&request).as_deref(),
+                Some("idempotency-key:first"),
+                "{others} other headers"
+            );
+            let without = Request::builder().header("x-other", "v").body(()).unwrap();
+            assert_eq!(key.make_key(&without), None);
+        }
     }
 
     /// The layer takes built-in keys through `make_key_text`: the same text as `make_key`,
