@@ -490,7 +490,7 @@ impl std::fmt::Debug for MemoryBackend {
         let state = self.state();
         f.debug_struct("MemoryBackend")
             .field("held", &state.ids.len())
-            .field("keys", &state.fences.len())
+            .field("fence_counters", &state.fences.len())
             .finish()
     }
 }
