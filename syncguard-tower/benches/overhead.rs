@@ -178,11 +178,6 @@ fn main() {
         });
         return;
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
     if args.first().map(String::as_str) == Some("serve") {
         // For a load generator in another process (wrk): kind, port, worker threads.
         let kind = Kind::from_arg(args.get(1));
@@ -206,6 +201,11 @@ fn main() {
         });
         return;
     }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     if args.first().map(String::as_str) == Some("requests") {
         let kind = Kind::from_arg(args.get(1));
         let n: u64 = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(20_000);
