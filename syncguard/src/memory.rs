@@ -20,7 +20,7 @@ use crate::{Fence, LockError, LockId};
 /// release and expiry, for the life of the backend. Memory stays bounded however many
 /// distinct keys are locked (a fresh idempotency key per request, say):
 ///
-/// - The fence counters of held keys, and of up to 256 other recently locked keys, are kept
+/// - The fence counters of held keys, and of up to 32 other recently locked keys, are kept
 ///   (about 20 bytes each), so their fences go 1, 2, 3, ...
 /// - Beyond that, the counters of released keys are forgotten, and a forgotten (or new) key
 ///   goes on from above every fence a forgotten key ever had: still strictly increasing for
@@ -70,8 +70,10 @@ struct State {
 }
 
 /// How many fence counters are kept beyond those of held keys; see [`MemoryBackend`]. Small,
-/// so that the table stays in cache: each acquire of a fresh key touches a random slot.
-const KEPT_FENCES: usize = 256;
+/// so that the table stays in cache: each acquire of a fresh key touches a random slot, and
+/// under an HTTP server's load a table of 256 counters already missed the cache there (the
+/// hottest instruction of acquire in a CPU profile; a third as much time with 32).
+const KEPT_FENCES: usize = 32;
 
 /// A table keyed by hashes computed beforehand.
 type ByHash<V> = HashMap<u64, V, BuildHasherDefault<KnownHash>>;
@@ -619,7 +621,7 @@ mod tests {
     }
 
     #[test]
-    fn the_sweep_drops_expired_locks_and_keeps_fences_and_live_locks() {
+    fn the_sweep_drops_expired_locks_and_keeps_live_locks_and_fences_growing() {
         let mut state = State::default();
         let now = 1_000_000;
         let live = lease(state.acquire("live", 60_000, now));
@@ -643,7 +645,8 @@ mod tests {
                 .is_some()
         );
         assert!(state.acquire("live", 60_000, later).unwrap().is_contended());
+        // Its counter may have been forgotten with the lock; its fences still only grow.
         let again = lease(state.acquire("abandoned:0", 10, later));
-        assert_eq!(again.fence.get(), 2, "the fence counter survives");
+        assert!(again.fence.get() >= 2, "{}", again.fence.get());
     }
 }
