@@ -14,6 +14,10 @@
 //! target/release/deps/overhead-* serve locked 18002 1
 //! ```
 //!
+//! The kinds: `plain` (the router alone), `locked` (`Router::layer(LockLayer::for_axum(..))`),
+//! `wrapped` (`Router::layer(LockLayer::new(..))`), `around` (`LockLayer::for_axum(..)` around
+//! the whole router, served with `into_make_service`).
+//!
 //! Every request carries a fresh `Idempotency-Key`, with or without the layer, so both
 //! routers see the same bytes; with the layer each one takes, holds and releases its lock.
 
@@ -22,7 +26,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Router;
+use axum::ServiceExt;
 use axum::body::Body;
+use axum::extract::Request as AxumRequest;
 use axum::routing::post;
 use http::Request;
 use http_body_util::BodyExt;
@@ -30,6 +36,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use syncguard::MemoryBackend;
 use syncguard_tower::{LockLayer, key};
+use tower::Layer as _;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Kind {
@@ -38,16 +45,20 @@ enum Kind {
     Locked,
     /// `LockLayer::new`: responses carry a `LockBody`, which axum boxes again.
     LockedWrapped,
+    /// `LockLayer::for_axum` around the whole router (`Layer::layer`), as axum does for
+    /// middleware that runs before routing.
+    Around,
 }
 
 impl Kind {
-    const ALL: [Kind; 3] = [Kind::Plain, Kind::Locked, Kind::LockedWrapped];
+    const ALL: [Kind; 4] = [Kind::Plain, Kind::Locked, Kind::LockedWrapped, Kind::Around];
 
     /// The router a command-line argument names (`plain` by default).
     fn from_arg(arg: Option<&String>) -> Self {
         match arg.map(String::as_str) {
             Some("locked") => Kind::Locked,
             Some("wrapped") => Kind::LockedWrapped,
+            Some("around") => Kind::Around,
             _ => Kind::Plain,
         }
     }
@@ -57,24 +68,37 @@ impl Kind {
             Kind::Plain => "plain router",
             Kind::Locked => "router + `LockLayer::for_axum`",
             Kind::LockedWrapped => "router + `LockLayer::new`",
+            Kind::Around => "`LockLayer::for_axum` around the router",
         }
     }
 }
 
-fn app(kind: Kind) -> Router {
+/// Serves the router `kind` names on `listener`, until the process ends.
+async fn run(listener: tokio::net::TcpListener, kind: Kind) {
     let router = Router::new().route("/jobs", post(|| async { "ok" }));
     let key = key::header("idempotency-key");
-    match kind {
-        Kind::Plain => router,
-        Kind::Locked => router.layer(LockLayer::for_axum(MemoryBackend::new(), key)),
-        Kind::LockedWrapped => router.layer(LockLayer::new(MemoryBackend::new(), key)),
-    }
+    let backend = MemoryBackend::new();
+    let served = match kind {
+        Kind::Plain => axum::serve(listener, router).await,
+        Kind::Locked => {
+            let app = router.layer(LockLayer::for_axum(backend, key));
+            axum::serve(listener, app).await
+        }
+        Kind::LockedWrapped => {
+            axum::serve(listener, router.layer(LockLayer::new(backend, key))).await
+        }
+        Kind::Around => {
+            let app = LockLayer::for_axum(backend, key).layer(router);
+            axum::serve(listener, ServiceExt::<AxumRequest>::into_make_service(app)).await
+        }
+    };
+    served.unwrap();
 }
 
 async fn serve(kind: Kind) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}/jobs", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app(kind)).await.unwrap() });
+    tokio::spawn(run(listener, kind));
     base
 }
 
@@ -197,7 +221,7 @@ fn main() {
                 kind.name(),
                 listener.local_addr().unwrap()
             );
-            axum::serve(listener, app(kind)).await.unwrap();
+            run(listener, kind).await;
         });
         return;
     }
@@ -230,15 +254,15 @@ fn main() {
     );
     println!("|---|---:|---:|---:|---:|---:|---:|");
     for connections in [1, 16] {
-        let mut results = [Vec::new(), Vec::new(), Vec::new()];
+        let mut results = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
         // Each round runs every router back to back; the overhead is taken per round, so the
         // machine's drifts in speed between rounds cancel out.
-        let mut overheads = [Vec::new(), Vec::new(), Vec::new()];
+        let mut overheads = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
         for round in 0..rounds {
             // Rotate which goes first, so drifts within a round hit all alike.
             let mut order = Kind::ALL;
             order.rotate_left(round % Kind::ALL.len());
-            let mut rates = [0.0; 3];
+            let mut rates = [0.0; Kind::ALL.len()];
             for kind in order {
                 rates[kind as usize] = runtime.block_on(throughput(
                     kind,

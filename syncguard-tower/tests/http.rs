@@ -4,10 +4,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use axum::Router;
 use axum::body::Body;
 use axum::extract::Extension;
 use axum::routing::{get, post};
+use axum::{Router, ServiceExt};
 use bytes::Bytes;
 use http::{HeaderMap, Request, StatusCode};
 use http_body_util::BodyExt;
@@ -20,6 +20,7 @@ use syncguard::{
     LockInfo, Lookup, MemoryBackend, OnLost, ReleaseOutcome,
 };
 use syncguard_tower::{HeldLock, LockLayer, ReleaseOn, key};
+use tower::Layer;
 
 struct Server {
     base: String,
@@ -33,13 +34,20 @@ struct Answer {
 }
 
 async fn serve(app: Router) -> Server {
+    let (listener, server) = listen().await;
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    server
+}
+
+/// A loopback listener, and the client of the server that will serve on it.
+async fn listen() -> (tokio::net::TcpListener, Server) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    Server {
+    let server = Server {
         base: format!("http://{address}"),
         client: Client::builder(TokioExecutor::new()).build_http(),
-    }
+    };
+    (listener, server)
 }
 
 impl Server {
@@ -95,18 +103,21 @@ fn job_app(
     sleep: Duration,
     layer: impl FnOnce(LockLayer<key::Header, Body>) -> LockLayer<key::Header, Body>,
 ) -> Router {
-    Router::new()
-        .route(
-            "/jobs",
-            post(move |lock: Option<HeldLock>| async move {
-                probe.run(sleep).await;
-                lock.map_or("unlocked".to_owned(), |lock| lock.fence().to_string())
-            }),
-        )
-        .layer(layer(LockLayer::for_axum(
-            backend,
-            key::header("idempotency-key"),
-        )))
+    job_router(probe, sleep).layer(layer(LockLayer::for_axum(
+        backend,
+        key::header("idempotency-key"),
+    )))
+}
+
+/// `POST /jobs`: runs the probe and answers the fence it holds, or "unlocked".
+fn job_router(probe: Probe, sleep: Duration) -> Router {
+    Router::new().route(
+        "/jobs",
+        post(move |lock: Option<HeldLock>| async move {
+            probe.run(sleep).await;
+            lock.map_or("unlocked".to_owned(), |lock| lock.fence().to_string())
+        }),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -139,7 +150,47 @@ async fn one_key_runs_once(backend: impl LockBackend + 'static) {
         |l| l.with_ttl(Duration::from_secs(5)),
     ))
     .await;
+    one_key_runs_once_on(Arc::new(server), &probe).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layer_around_the_whole_router_gives_the_same_answers() {
+    let probe = Probe::default();
+    let router = job_router(probe.clone(), Duration::from_millis(800));
+    let app = LockLayer::for_axum(MemoryBackend::new(), key::header("idempotency-key"))
+        .with_ttl(Duration::from_secs(5))
+        .layer(router);
+    let (listener, server) = listen().await;
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            ServiceExt::<Request<Body>>::into_make_service(app),
+        )
+        .await
+        .unwrap()
+    });
     let server = Arc::new(server);
+    one_key_runs_once_on(Arc::clone(&server), &probe).await;
+    // No route matches: the 404 is answered under the lock, which is released after it.
+    assert_eq!(
+        server.post("/nowhere", Some("same")).await.status,
+        StatusCode::NOT_FOUND
+    );
+    let answer = server.post("/jobs", Some("same")).await;
+    assert_eq!(
+        answer.body, "000000000000004",
+        "the 404 took fence 3 and let go"
+    );
+    let answer = server.post("/jobs", None).await;
+    assert_eq!(
+        (answer.status, answer.body.as_str()),
+        (StatusCode::OK, "unlocked")
+    );
+}
+
+/// Five concurrent requests with one key to `server`, whose `POST /jobs` runs `probe` for
+/// longer than it takes to send them: one runs, four get 423; then the key is free again.
+async fn one_key_runs_once_on(server: Arc<Server>, probe: &Probe) {
     let calls: Vec<_> = (0..5)
         .map(|_| {
             let server = Arc::clone(&server);
