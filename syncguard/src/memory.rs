@@ -1,7 +1,7 @@
 //! The in-process backend.
 
 use std::collections::HashMap;
-use std::collections::hash_map::{Entry, RandomState};
+use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher as _, BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -20,15 +20,16 @@ use crate::{Fence, LockError, LockId};
 /// release and expiry, for the life of the backend. Memory stays bounded however many
 /// distinct keys are locked (a fresh idempotency key per request, say):
 ///
-/// - The fence counters of held keys, and of up to 32 other recently locked keys, are kept
-///   (about 20 bytes each), so their fences go 1, 2, 3, ...
+/// - The fence counters of held keys, and of up to 32 other recently locked keys, are kept,
+///   so their fences go 1, 2, 3, ...
 /// - Beyond that, the counters of released keys are forgotten, and a forgotten (or new) key
 ///   goes on from above every fence a forgotten key ever had: still strictly increasing for
 ///   that key, with a gap.
 ///
 /// Counters are kept under a 64-bit keyed hash of the key, not the key itself (two keys whose
 /// hashes collide, which clients cannot aim for, would share a counter: their fences still
-/// only grow, with gaps). Held locks cost about 200 bytes more, keys up to 62 bytes included.
+/// only grow, with gaps). A key costs about 150 bytes while its counter is kept (its lock
+/// shares the slot, keys up to 62 bytes inline), and a held lock about 40 bytes more.
 /// Time authority is the local clock.
 ///
 /// Clones share the same locks, so clone it freely into tasks. Locks are not shared between
@@ -51,37 +52,39 @@ pub struct MemoryBackend {
 
 #[derive(Default)]
 struct State {
-    /// The last fence of every key ever locked, by the keyed hash of the key: the only memory
-    /// a key keeps once released. Each operation hashes its key once (with the std's
-    /// `RandomState`, as a `HashMap<String, _>` would), and the tables below keep that hash,
-    /// so that resizing, release and extend never hash a key again.
-    fences: ByHash<u64>,
-    /// At least every fence a forgotten counter reached: a key without a counter in `fences`
-    /// starts above it. 0 until counters are first forgotten, so new keys start at 1.
+    /// The fence counter and the stored locks (live, or expired and not yet dropped) of the
+    /// keys locked lately, by the keyed hash of the key: one table, so that an acquisition
+    /// touches one slot. Each operation hashes its key once (with the std's `RandomState`, as
+    /// a `HashMap<String, _>` would), and the index below keeps that hash, so that resizing,
+    /// release and extend never hash a key again.
+    keys: ByHash<Slot>,
+    /// At least every fence a forgotten counter reached: a key without a slot in `keys` starts
+    /// above it. 0 until counters are first forgotten, so new keys start at 1.
     forgotten: u64,
-    /// The stored locks (live, or expired and not yet dropped), by the hash of their key.
-    locks: ByHash<Bucket>,
     /// Reverse index lock id → hash of its key, for release, extend and lookup by id. It holds
-    /// the ids of the locks in `locks`, and only those.
+    /// the ids of the locks stored in `keys`, and only those.
     ids: HashMap<LockId, u64, BuildHasherDefault<LockIdHasher>>,
     key_hasher: RandomState,
     /// Acquisitions since the last sweep of expired locks.
     since_sweep: usize,
 }
 
-/// How many fence counters are kept beyond those of held keys; see [`MemoryBackend`]. Small,
-/// so that the table stays in cache: each acquire of a fresh key touches a random slot, and
-/// under an HTTP server's load a table of 256 counters already missed the cache there (the
-/// hottest instruction of acquire in a CPU profile; a third as much time with 32).
+/// How many fence counters (slots of `keys`) are kept beyond those of held keys; see
+/// [`MemoryBackend`]. Small, so that the table stays in cache: each acquire of a fresh key
+/// touches a random slot, and under an HTTP server's load a table of 256 counters already
+/// missed the cache there (the hottest instruction of acquire in a CPU profile; a third as
+/// much time with 32).
 const KEPT_FENCES: usize = 32;
 
 /// A table keyed by hashes computed beforehand.
 type ByHash<V> = HashMap<u64, V, BuildHasherDefault<KnownHash>>;
 
-/// The locks stored under one hash: `first`, and more only if distinct keys collide on all
-/// 64 bits (an empty `Vec` allocates nothing).
-struct Bucket {
-    first: Held,
+/// What one hash holds: the last fence of its key, and its stored lock in `first`. Distinct
+/// keys that collide on all 64 bits share the counter and store their further locks in
+/// `collided` (an empty `Vec` allocates nothing), which is empty whenever `first` is.
+struct Slot {
+    fence: u64,
+    first: Option<Held>,
     collided: Vec<Held>,
 }
 
@@ -175,13 +178,20 @@ impl Hasher for LockIdHasher {
     }
 }
 
-impl Bucket {
+impl Slot {
     fn locks(&self) -> impl Iterator<Item = &Held> {
-        std::iter::once(&self.first).chain(&self.collided)
+        self.first.iter().chain(&self.collided)
     }
 
     fn locks_mut(&mut self) -> impl Iterator<Item = &mut Held> {
-        std::iter::once(&mut self.first).chain(&mut self.collided)
+        self.first.iter_mut().chain(&mut self.collided)
+    }
+
+    fn store(&mut self, held: Held) {
+        match self.first {
+            None => self.first = Some(held),
+            Some(_) => self.collided.push(held),
+        }
     }
 }
 
@@ -194,30 +204,30 @@ impl Held {
 /// The stored lock under `hash` that `is_it` picks (by key, or by lock id: an explicit
 /// ownership check even though the index points here).
 fn find_lock(
-    locks: &mut ByHash<Bucket>,
+    keys: &mut ByHash<Slot>,
     hash: u64,
     is_it: impl Fn(&Held) -> bool,
 ) -> Option<&mut Held> {
-    locks.get_mut(&hash)?.locks_mut().find(|held| is_it(held))
+    keys.get_mut(&hash)?.locks_mut().find(|held| is_it(held))
 }
 
-/// Removes the stored lock `lock_id` holds under `hash` (not its index entry).
-fn take_lock(locks: &mut ByHash<Bucket>, hash: u64, lock_id: &LockId) -> Option<Held> {
-    let Entry::Occupied(mut entry) = locks.entry(hash) else {
-        return None;
-    };
-    let bucket = entry.get_mut();
-    if bucket.first.lock_id == *lock_id {
-        return Some(match bucket.collided.pop() {
-            Some(next) => std::mem::replace(&mut bucket.first, next),
-            None => entry.remove().first,
-        });
+/// Removes the stored lock `lock_id` holds under `hash` (not its index entry); the slot keeps
+/// the fence counter.
+fn take_lock(keys: &mut ByHash<Slot>, hash: u64, lock_id: &LockId) -> Option<Held> {
+    let slot = keys.get_mut(&hash)?;
+    if slot
+        .first
+        .as_ref()
+        .is_some_and(|held| held.lock_id == *lock_id)
+    {
+        let next = slot.collided.pop();
+        return std::mem::replace(&mut slot.first, next);
     }
-    let index = bucket
+    let index = slot
         .collided
         .iter()
         .position(|held| held.lock_id == *lock_id)?;
-    Some(bucket.collided.swap_remove(index))
+    Some(slot.collided.swap_remove(index))
 }
 
 impl MemoryBackend {
@@ -261,15 +271,15 @@ impl MemoryBackend {
                 let key = normalize_key(key)?;
                 let hash = state.key_hasher.hash_one(&*key);
                 state
-                    .locks
+                    .keys
                     .get(&hash)
-                    .and_then(|bucket| bucket.locks().find(|held| held.key.is(&key)))
+                    .and_then(|slot| slot.locks().find(|held| held.key.is(&key)))
             }
             Lookup::LockId(lock_id) => state
                 .ids
                 .get(lock_id)
-                .and_then(|hash| state.locks.get(hash))
-                .and_then(|bucket| bucket.locks().find(|held| held.lock_id == *lock_id)),
+                .and_then(|hash| state.keys.get(hash))
+                .and_then(|slot| slot.locks().find(|held| held.lock_id == *lock_id)),
         };
         Ok(found.filter(|held| held.is_live(now)).map(view))
     }
@@ -290,22 +300,24 @@ impl State {
         now: u64,
     ) -> Result<AcquireOutcome, LockError> {
         self.sweep_if_due(now);
-        if self.fences.len() >= KEPT_FENCES.max(2 * self.locks.len()) {
+        if self.keys.len() >= KEPT_FENCES.max(2 * self.ids.len()) {
             self.forget_fences();
         }
-        // One lookup of the key's hash serves the check and the insertion.
-        let entry = self.locks.entry(hash);
-        if let Entry::Occupied(bucket) = &entry
-            && bucket
-                .get()
-                .locks()
-                .any(|held| held.key.is(key) && held.is_live(now))
+        // One lookup of the key's hash serves the check, the fence and the insertion.
+        let forgotten = self.forgotten;
+        let slot = self.keys.entry(hash).or_insert_with(|| Slot {
+            fence: forgotten,
+            first: None,
+            collided: Vec::new(),
+        });
+        if slot
+            .locks()
+            .any(|held| held.key.is(key) && held.is_live(now))
         {
             return Ok(AcquireOutcome::Contended);
         }
-        let counter = self.fences.entry(hash).or_insert(self.forgotten);
-        let fence = Fence::new(*counter + 1)?;
-        *counter = fence.get();
+        let fence = Fence::new(slot.fence + 1)?;
+        slot.fence = fence.get();
         let lock_id = LockId::generate();
         let expires_at_ms = now + ttl_ms;
         let held = Held {
@@ -315,26 +327,17 @@ impl State {
             acquired_at_ms: now,
             fence,
         };
-        match entry {
-            Entry::Occupied(bucket) => {
-                let bucket = bucket.into_mut();
-                let stored = bucket.locks_mut().find(|stored| stored.key.is(key));
-                match stored {
-                    // An expired lock on the key: replaced, with its index entry.
-                    Some(stored) => {
-                        let expired = std::mem::replace(stored, held);
-                        self.ids.remove(&expired.lock_id);
-                    }
-                    // Another key with the same hash.
-                    None => bucket.collided.push(held),
-                }
+        let unstored = match slot.locks_mut().find(|stored| stored.key.is(key)) {
+            // An expired lock on the key: replaced, with its index entry.
+            Some(stored) => {
+                let expired = std::mem::replace(stored, held);
+                self.ids.remove(&expired.lock_id);
+                None
             }
-            Entry::Vacant(bucket) => {
-                bucket.insert(Bucket {
-                    first: held,
-                    collided: Vec::new(),
-                });
-            }
+            None => Some(held),
+        };
+        if let Some(held) = unstored {
+            slot.store(held);
         }
         self.ids.insert(lock_id.clone(), hash);
         self.since_sweep += 1;
@@ -350,7 +353,7 @@ impl State {
         let Some(hash) = self.ids.remove(lock_id) else {
             return ReleaseOutcome::NotHeld(Some(NotHeldReason::NotFound));
         };
-        match take_lock(&mut self.locks, hash, lock_id) {
+        match take_lock(&mut self.keys, hash, lock_id) {
             Some(held) if held.is_live(now) => ReleaseOutcome::Released,
             Some(_) => ReleaseOutcome::NotHeld(Some(NotHeldReason::Expired)),
             None => ReleaseOutcome::NotHeld(Some(NotHeldReason::NotFound)),
@@ -361,7 +364,7 @@ impl State {
         let Some(&hash) = self.ids.get(lock_id) else {
             return ExtendOutcome::NotHeld(Some(NotHeldReason::NotFound));
         };
-        let reason = match find_lock(&mut self.locks, hash, |held| held.lock_id == *lock_id) {
+        let reason = match find_lock(&mut self.keys, hash, |held| held.lock_id == *lock_id) {
             Some(held) if held.is_live(now) => {
                 held.expires_at_ms = now + ttl_ms;
                 return ExtendOutcome::Extended {
@@ -370,7 +373,7 @@ impl State {
             }
             // Never revived: dropped instead.
             Some(_) => {
-                take_lock(&mut self.locks, hash, lock_id);
+                take_lock(&mut self.keys, hash, lock_id);
                 NotHeldReason::Expired
             }
             None => NotHeldReason::NotFound,
@@ -383,12 +386,11 @@ impl State {
     /// value in `forgotten`. It runs when the table has grown to twice the held keys at least,
     /// so at most once per as many acquisitions as it visits counters: amortized O(1).
     fn forget_fences(&mut self) {
-        let locks = &self.locks;
         let mut forgotten = self.forgotten;
-        self.fences.retain(|hash, &mut counter| {
-            let held = locks.contains_key(hash);
+        self.keys.retain(|_, slot| {
+            let held = slot.first.is_some();
             if !held {
-                forgotten = forgotten.max(counter);
+                forgotten = forgotten.max(slot.fence);
             }
             held
         });
@@ -403,12 +405,12 @@ impl State {
             return;
         }
         self.since_sweep = 0;
-        let locks = &mut self.locks;
+        let keys = &mut self.keys;
         self.ids.retain(|lock_id, &mut hash| {
-            match find_lock(locks, hash, |held| held.lock_id == *lock_id) {
+            match find_lock(keys, hash, |held| held.lock_id == *lock_id) {
                 Some(held) if held.is_live(now) => true,
                 Some(_) => {
-                    take_lock(locks, hash, lock_id);
+                    take_lock(keys, hash, lock_id);
                     false
                 }
                 None => false,
@@ -492,7 +494,7 @@ impl std::fmt::Debug for MemoryBackend {
         let state = self.state();
         f.debug_struct("MemoryBackend")
             .field("held", &state.ids.len())
-            .field("fence_counters", &state.fences.len())
+            .field("fence_counters", &state.keys.len())
             .finish()
     }
 }
@@ -500,6 +502,12 @@ impl std::fmt::Debug for MemoryBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl State {
+        fn stored_locks(&self) -> usize {
+            self.keys.values().map(|slot| slot.locks().count()).sum()
+        }
+    }
 
     fn lease(outcome: Result<AcquireOutcome, LockError>) -> Lease {
         outcome.unwrap().lease().expect("acquired")
@@ -533,7 +541,7 @@ mod tests {
         assert!(state.release(&b.lock_id, now).is_released());
         assert!(contended(&mut state, "a"));
         assert!(state.release(&a.lock_id, now).is_released());
-        assert!(state.locks.is_empty() && state.ids.is_empty());
+        assert!(state.ids.is_empty() && state.stored_locks() == 0);
     }
 
     #[test]
@@ -552,7 +560,7 @@ mod tests {
             // A key that only starts the same is another lock.
             lease(state.acquire(&format!("{key}!"), 10_000, now));
             let hash = state.key_hasher.hash_one(key.as_str());
-            let stored = find_lock(&mut state.locks, hash, |held| held.key.is(key)).unwrap();
+            let stored = find_lock(&mut state.keys, hash, |held| held.key.is(key)).unwrap();
             assert_eq!(stored.key.to_owned_string(), *key);
             assert!(state.release(&held.lock_id, now).is_released());
         }
@@ -567,8 +575,8 @@ mod tests {
             assert_eq!(held.fence.get(), round);
             assert!(state.release(&held.lock_id, now).is_released());
         }
-        assert!(state.locks.is_empty() && state.ids.is_empty());
-        assert_eq!(state.fences.len(), 1);
+        assert!(state.ids.is_empty() && state.stored_locks() == 0);
+        assert_eq!(state.keys.len(), 1);
     }
 
     #[test]
@@ -587,7 +595,7 @@ mod tests {
         for i in 0..3 * KEPT_FENCES {
             let fresh = take(&mut state, &format!("idempotency:{i}"));
             assert!(state.release(&fresh.lock_id, now).is_released());
-            assert!(state.fences.len() <= KEPT_FENCES, "{}", state.fences.len());
+            assert!(state.keys.len() <= KEPT_FENCES, "{}", state.keys.len());
         }
         assert!(state.forgotten >= 2, "counters were forgotten");
         // A forgotten key goes on above everything it had.
@@ -617,7 +625,7 @@ mod tests {
             let next = lease(state.acquire(&format!("held:{i}"), 60_000, now));
             assert_eq!(next.fence.get(), 2, "held:{i}");
         }
-        assert_eq!(state.fences.len(), 2 * KEPT_FENCES);
+        assert_eq!(state.keys.len(), 2 * KEPT_FENCES);
     }
 
     #[test]
@@ -637,7 +645,7 @@ mod tests {
             assert!(state.release(&fresh.lock_id, later).is_released());
         }
         assert_eq!(state.ids.len(), 1, "only the live lock is left");
-        assert_eq!(state.locks.len(), 1);
+        assert_eq!(state.stored_locks(), 1);
         assert!(
             state
                 .extend(&live.lock_id, 60_000, later)
