@@ -385,6 +385,8 @@ impl State {
     /// Forgets the fence counters of the keys that hold no stored lock, keeping their highest
     /// value in `forgotten`. It runs when the table has grown to twice the held keys at least,
     /// so at most once per as many acquisitions as it visits counters: amortized O(1).
+    #[cold]
+    #[inline(never)]
     fn forget_fences(&mut self) {
         let mut forgotten = self.forgotten;
         self.keys.retain(|_, slot| {
@@ -401,9 +403,15 @@ impl State {
     /// that abandoned locks do not pile up. It visits the stored locks only, at most once per
     /// as many acquisitions: amortized O(1) per acquire.
     fn sweep_if_due(&mut self, now: u64) {
-        if self.since_sweep < self.ids.len().max(1024) {
-            return;
+        if self.since_sweep >= self.ids.len().max(1024) {
+            self.sweep(now);
         }
+    }
+
+    // Out of line, as is `forget_fences`: rare work that would only crowd acquire's code.
+    #[cold]
+    #[inline(never)]
+    fn sweep(&mut self, now: u64) {
         self.since_sweep = 0;
         let keys = &mut self.keys;
         self.ids.retain(|lock_id, &mut hash| {
