@@ -16,7 +16,7 @@
 //!
 //! The kinds: `plain` (the router alone), `locked` (`Router::layer(LockLayer::for_axum(..))`),
 //! `wrapped` (`Router::layer(LockLayer::new(..))`), `around` (`LockLayer::for_axum(..)` around
-//! the whole router, served with `into_make_service`).
+//! the whole router, served with `into_make_service`, the handlers turned into routes once).
 //!
 //! Every request carries a fresh `Idempotency-Key`, with or without the layer, so both
 //! routers see the same bytes; with the layer each one takes, holds and releases its lock.
@@ -88,7 +88,7 @@ async fn run(listener: tokio::net::TcpListener, kind: Kind) {
             axum::serve(listener, router.layer(LockLayer::new(backend, key))).await
         }
         Kind::Around => {
-            let app = LockLayer::for_axum(backend, key).layer(router);
+            let app = LockLayer::for_axum(backend, key).layer(router.with_state(()));
             axum::serve(listener, ServiceExt::<AxumRequest>::into_make_service(app)).await
         }
     };

@@ -159,7 +159,7 @@ async fn a_layer_around_the_whole_router_gives_the_same_answers() {
     let router = job_router(probe.clone(), Duration::from_millis(800));
     let app = LockLayer::for_axum(MemoryBackend::new(), key::header("idempotency-key"))
         .with_ttl(Duration::from_secs(5))
-        .layer(router);
+        .layer(router.with_state(()));
     let (listener, server) = listen().await;
     tokio::spawn(async move {
         axum::serve(
