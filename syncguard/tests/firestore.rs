@@ -391,13 +391,26 @@ async fn transaction_aborts_map_to_service_unavailable() {
     // the transaction) must come out as a retryable ServiceUnavailable, and never break mutual
     // exclusion.
     let config = FirestoreConfig::new().with_max_transaction_retries(0);
-    let (winners, errors) = race_separate_clients(&project(), &config, 8, "abort").await;
-    assert!(winners <= 1, "{winners} holders at once");
-    assert!(!errors.is_empty(), "8 conflicting commits should fail some");
-    for error in &errors {
-        assert_eq!(error.code(), ErrorCode::ServiceUnavailable, "{error}");
-        assert!(error.is_retryable());
+    let project = project();
+    // Whether racing commits overlap depends on timing: on a loaded machine the emulator may
+    // serve a whole round one client after another (the losers then see the lock, with no
+    // conflict). Race again, on a fresh key, until one round has conflicts; each round must
+    // keep the guarantees.
+    let mut failed = 0;
+    for round in 0..10 {
+        let (winners, errors) =
+            race_separate_clients(&project, &config, 8, &format!("abort{round}")).await;
+        assert!(winners <= 1, "round {round}: {winners} holders at once");
+        for error in &errors {
+            assert_eq!(error.code(), ErrorCode::ServiceUnavailable, "{error}");
+            assert!(error.is_retryable());
+        }
+        failed += errors.len();
+        if failed > 0 {
+            break;
+        }
     }
+    assert!(failed > 0, "10 rounds of 8 racing commits never conflicted");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
