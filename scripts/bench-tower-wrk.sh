@@ -30,7 +30,8 @@ script=syncguard-tower/benches/wrk-idempotency.lua
 read -r -a kinds <<<"${KINDS:-plain locked wrapped around}"
 servers=()
 trap 'kill "${servers[@]}" 2>/dev/null || true' EXIT
-cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# CPU time of all of a server's threads, in microseconds (the scheduler's own count, not ticks).
+cpu() { cat /proc/"$1"/task/*/schedstat | awk '{ns += $1} END {printf "%d\n", ns / 1000}'; }
 load() { taskset -c 0 wrk -t1 -c"$connections" -d"$2" -s "$script" "http://127.0.0.1:$1/jobs"; }
 results=$(mktemp)
 for pair in $(seq "$pairs"); do

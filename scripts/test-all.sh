@@ -14,8 +14,8 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 # A fresh clone gains nothing from incremental compilation; its caches cost about 2 GB.
 if [ -n "${CI:-}" ] || [ ! -d target/debug ]; then export CARGO_INCREMENTAL=0; fi
 free_kb=$(df -Pk . | awk 'NR == 2 { print $4 }')
-if [ "${free_kb:-0}" -lt $((6 * 1024 * 1024)) ]; then
-  echo "warning: only $((free_kb / 1024)) MB free here; a fresh build needs about 4 GB" >&2
+if [ "${free_kb:-0}" -lt $((4 * 1024 * 1024)) ]; then
+  echo "warning: only $((free_kb / 1024)) MB free here; a fresh build needs about 3 GB" >&2
 fi
 if [ "${1:-}" != "--tests" ]; then
   log "cargo fmt --check"
