@@ -202,8 +202,10 @@ fn key_expression(key: &syn::LitStr, item: &ItemFn) -> syn::Result<TokenStream> 
 }
 
 fn duration(private: &TokenStream, duration: &DurationArg) -> TokenStream {
-    let nanos = duration.value.as_nanos() as u64;
-    quote_spanned!(duration.span=> #private::Duration::from_nanos(#nanos))
+    // Seconds and nanoseconds apart: any duration humantime parses fits, none wraps.
+    let secs = duration.value.as_secs();
+    let nanos = duration.value.subsec_nanos();
+    quote_spanned!(duration.span=> #private::Duration::new(#secs, #nanos))
 }
 
 fn retry_policy(args: &Args, private: &TokenStream) -> TokenStream {

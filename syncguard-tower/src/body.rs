@@ -229,6 +229,14 @@ where
                             *hold = None;
                             return Poll::Ready(None);
                         };
+                        // A body that ended after its lock could have passed to someone else
+                        // was not sent under the lock: the client must not take it as whole.
+                        if let Some(reason) = guard.lost_reason() {
+                            *hold = None;
+                            return Poll::Ready(Some(Err(Box::new(LockError::LockLost {
+                                reason,
+                            }))));
+                        }
                         if let Some(releasing) = release(guard) {
                             let releasing = held.releasing.insert(releasing);
                             ready!(releasing.as_mut().poll(cx));

@@ -55,7 +55,8 @@ impl HeldLock {
         self.view.lock_id()
     }
 
-    /// Whether the lock has been lost. With [`OnLost::Cancel`](syncguard::OnLost::Cancel) (the
+    /// Whether the lock is lost, as of now (also when its lease ran out while nothing looked).
+    /// With [`OnLost::Cancel`](syncguard::OnLost::Cancel) (the
     /// default) the handler is dropped when that happens; with `OnLost::Notify` it runs on and
     /// should check this before side effects.
     pub fn is_lost(&self) -> bool {
@@ -64,7 +65,7 @@ impl HeldLock {
 
     /// Completes when the lock is lost; never while it is held.
     pub async fn lost(&self) {
-        self.view.lost_token().cancelled().await;
+        self.view.lost().await;
     }
 
     /// A token cancelled when the lock is lost (not when it is released).

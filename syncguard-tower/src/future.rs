@@ -151,10 +151,18 @@ where
                     }
                 }
                 StateProj::Running { inner, guard } => {
-                    // The inner future goes first: a response that is ready stands, even if the
-                    // lock turns out lost at the same time, and a handler that answers at once
-                    // never arms the heartbeat's timer.
+                    // The inner future goes first: a handler that answers at once never arms
+                    // the heartbeat's timer.
                     if let Poll::Ready(result) = inner.poll(cx) {
+                        // A handler that finished after its lock could have passed to someone
+                        // else did not run under the lock: its response does not stand.
+                        if let Some(reason) = guard.as_ref().and_then(LockGuard::lost_reason) {
+                            tracing::warn!(%reason, "syncguard_tower: the lock was lost before the handler finished; answering as lost");
+                            this.state.set(State::Done);
+                            return Poll::Ready(Ok(Rejection::Lost(reason)
+                                .into_response(this.config)
+                                .map(M::wrap)));
+                        }
                         let Some(guard) = guard.take() else {
                             this.state.set(State::Done);
                             return Poll::Ready(result.map(|r| r.map(M::inner)));

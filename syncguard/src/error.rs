@@ -173,12 +173,15 @@ pub enum LostReason {
     /// The backend answered that this lock id no longer holds the lock: it expired, or it was
     /// released or taken over behind the holder's back.
     NotHeld,
-    /// The lease ran out before a heartbeat could extend it (the backend was unreachable or
-    /// too slow), so the holder can no longer assume it owns the lock.
+    /// The lease ran out before it was extended (the backend was unreachable or too slow, or
+    /// the holder's thread was blocked past the lease), so the holder can no longer assume it
+    /// owns the lock.
     LeaseExpired,
     /// The configured maximum hold time was reached, so the heartbeat stopped extending and
     /// the lease ran out.
     MaxHoldReached,
+    /// [`shutdown`](crate::shutdown) released the lock while the guard still held it.
+    Shutdown,
 }
 
 impl fmt::Display for LostReason {
@@ -187,6 +190,7 @@ impl fmt::Display for LostReason {
             Self::NotHeld => "the backend no longer holds it for this owner",
             Self::LeaseExpired => "the lease expired before it could be extended",
             Self::MaxHoldReached => "the maximum hold time was reached",
+            Self::Shutdown => "syncguard::shutdown released it",
         })
     }
 }

@@ -41,6 +41,7 @@ pub use backend::{
 pub use error::{BoxError, ErrorCode, LockError, LostReason};
 pub use fence::{FENCE_MAX, FENCE_WARN, Fence};
 pub use guard::LockGuard;
+pub use guard::shutdown::{ShutdownReport, shutdown};
 pub use lock::{
     DEFAULT_TTL, LockOptions, OnLost, acquire, default_backend, set_default_backend, with_lock,
 };

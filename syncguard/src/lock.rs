@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::backend::{AcquireOutcome, Lease, LockBackend};
-use crate::guard::{KeepPolicy, LockGuard, SentAt};
+use crate::guard::{LockGuard, SentAt, Start};
 use crate::key::normalize_key;
 use crate::key_text::KeyText;
 use crate::observe::LockObserver;
@@ -75,7 +75,9 @@ impl LockOptions {
     }
 
     /// How long the lock lives without an extend. With the heartbeat on, this is how quickly
-    /// a crashed holder's lock frees up, not a limit on the work.
+    /// a crashed holder's lock frees up, not a limit on the work. Checked when the lock is
+    /// acquired: 1 ms to 365 days ([`MAX_TTL`](crate::time::MAX_TTL)), or
+    /// [`LockError::InvalidArgument`] before any I/O.
     #[must_use]
     pub fn with_ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
@@ -98,6 +100,8 @@ impl LockOptions {
 
     /// Stop extending once the lock has been held this long; it then expires at the end of
     /// its last lease and counts as lost ([`LostReason::MaxHoldReached`](crate::LostReason::MaxHoldReached)).
+    /// The last extend asks only for what is left of the cap. Any duration is accepted:
+    /// one too long to reach (such as [`Duration::MAX`]) is as good as no cap.
     #[must_use]
     pub fn with_max_hold(mut self, max_hold: Duration) -> Self {
         self.max_hold = Some(max_hold);
@@ -296,20 +300,18 @@ impl Taken {
         options: &LockOptions,
         driven: bool,
     ) -> LockGuard {
-        let policy = KeepPolicy {
-            heartbeat: options.heartbeat,
-            max_hold: options.max_hold,
-            driven,
-        };
-        LockGuard::start(
-            backend,
+        let start = Start {
             key,
-            options.ttl,
-            self.lease,
-            self.sent,
-            policy,
-            self.observer,
-        )
+            lock_id: self.lease.lock_id,
+            fence: self.lease.fence,
+            ttl: options.ttl,
+            max_hold: options.max_hold,
+            expires_at_ms: self.lease.expires_at_ms,
+            sent_at: self.sent.instant,
+            sent_wall_ms: self.sent.wall_ms,
+            observer: self.observer,
+        };
+        LockGuard::start(backend, start, options.heartbeat, driven)
     }
 }
 
@@ -408,7 +410,8 @@ async fn take_lease(
             .timeout()
             .saturating_sub(attempts.first.instant.elapsed());
         match delays.next() {
-            Some(delay) if !remaining.is_zero() && !delay.min(remaining).is_zero() => {
+            // Cut short at the timeout, where the last attempt is made.
+            Some(delay) if !remaining.is_zero() => {
                 // Boxed: a timer is large, and most acquisitions never wait.
                 Box::pin(tokio::time::sleep(delay.min(remaining))).await;
             }
@@ -442,10 +445,18 @@ fn take_lease_now(
 /// Runs `work` under the lock: acquires (waiting as `options` say), keeps the lock alive while
 /// the work runs, and releases it on every path, errors included.
 ///
-/// If the lock is lost while the work runs, the work's future is dropped and
-/// [`LockError::LockLost`] is returned (with [`OnLost::Notify`] the work runs on and can watch
-/// [`LockGuard::lost`] itself). Errors of the final release are logged, not returned: the
-/// work's result matters more, and the lock expires at the end of its ttl anyway.
+/// It returns the work's result only if the lock was held until the work finished. If the
+/// lock is lost while the work runs, the work's future is dropped and
+/// [`LockError::LockLost`] is returned at once (with [`OnLost::Notify`] the work runs on and
+/// can watch [`LockGuard::lost`] itself, and its result is then dropped for `LockLost`). Work
+/// that finishes after its lease ran out while nothing noticed (it blocked its thread, or
+/// the runtime was stalled) also gets `LockLost`: the lock may have passed to someone else
+/// meanwhile, so its side effects were not exclusive; the [fence](LockGuard::fence) handed
+/// to the resource is what lets that resource refuse them.
+///
+/// The final release is waited for up to a second, then left to the background; after a
+/// loss it is not waited for at all. Its errors are logged, not returned: the work's result
+/// matters more, and the lock expires at the end of its ttl anyway.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {
@@ -463,7 +474,7 @@ fn take_lease_now(
 ///
 /// # Errors
 /// The work's own error, or a [`LockError`] converted into `E`: acquisition failures as in
-/// [`acquire`], and [`LockError::LockLost`] when the lock was lost under [`OnLost::Cancel`].
+/// [`acquire`], and [`LockError::LockLost`] when the lock was lost before the work finished.
 pub async fn with_lock<B, F, T, E>(backend: &B, options: &LockOptions, work: F) -> Result<T, E>
 where
     B: LockBackend + Clone + 'static,
@@ -479,32 +490,52 @@ where
 }
 
 /// Drives `work` while watching `guard` for loss, as `on_lost` says: with
-/// [`OnLost::Cancel`], a loss drops `work` and returns the reason.
+/// [`OnLost::Cancel`], a loss drops `work` and returns the reason. Either way, work that
+/// finishes when the lock is lost (its lease ran out while it ran) returns the reason, not
+/// its result.
 pub async fn run_guarded<R>(
     guard: &LockGuard,
     on_lost: OnLost,
     work: impl Future<Output = R>,
 ) -> Result<R, LostReason> {
-    match on_lost {
-        OnLost::Notify => Ok(work.await),
+    let result = match on_lost {
+        OnLost::Notify => work.await,
         OnLost::Cancel => {
             tokio::select! {
-                // A result that is ready stands, even if the loss was noticed at the same time.
+                // A finished work is judged below, by the lease at the moment it finished.
                 biased;
-                result = work => Ok(result),
-                reason = guard.lost() => Err(reason),
+                result = work => result,
+                reason = guard.lost() => return Err(reason),
             }
         }
+    };
+    match guard.lost_reason() {
+        Some(reason) => Err(reason),
+        None => Ok(result),
     }
 }
 
-/// Releases `guard`, logging (not returning) failures.
+/// How long the final release of [`with_lock`] is waited for before it is left to the
+/// background: the caller should learn the outcome of its work promptly even when the
+/// backend is slow or unreachable.
+const FINAL_RELEASE_WAIT: Duration = Duration::from_secs(1);
+
+/// Releases `guard` at the end of the work, logging (not returning) failures. A lost lock
+/// is not waited for: one the backend disowned needs no release, any other is released in
+/// the background by the guard's drop. Otherwise the release is waited for up to
+/// [`FINAL_RELEASE_WAIT`], then goes on in the background.
 pub async fn release_logged(guard: LockGuard) {
+    if guard.is_lost() {
+        return;
+    }
     let fence = guard.fence();
-    match guard.release().await {
-        Ok(_) => {}
-        Err(error) => {
+    match tokio::time::timeout(FINAL_RELEASE_WAIT, guard.release()).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(error)) => {
             tracing::warn!(%error, %fence, "syncguard release failed; the lock will expire at the end of its ttl");
+        }
+        Err(_elapsed) => {
+            tracing::debug!(%fence, "syncguard release still unanswered; it goes on in the background");
         }
     }
 }

@@ -54,6 +54,19 @@ pub enum Jitter {
 /// let once = RetryPolicy::single_attempt();
 /// assert_eq!(once.max_retries(), 0);
 /// ```
+///
+/// # Edge cases
+/// Every value is accepted, and none can overflow:
+/// - **No retries** ([`single_attempt`](Self::single_attempt), or `with_max_retries(0)`):
+///   one attempt, whatever the timeout.
+/// - **A zero timeout**: one attempt, whatever the retries.
+/// - **Short delays**: every delay is at least 1 ms, so a zero base delay retries at once
+///   without spinning on the backend.
+/// - **Long delays**: a delay that would pass the timeout is cut short, and a last attempt
+///   is made at the timeout. So a timeout shorter than the base delay gives two attempts:
+///   the first, and one at the timeout.
+/// - **Huge values** (`Duration::MAX`, `u32::MAX` retries) saturate: exponential growth stops
+///   at the largest delay, and the timeout still ends the wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
     max_retries: u32,
@@ -141,8 +154,8 @@ impl RetryPolicy {
         self.timeout
     }
 
-    /// The delays before each retry, in order, jitter applied; not yet clamped to the
-    /// timeout (the waiting loop does that).
+    /// The delays before each retry, in order, jitter applied, each at least 1 ms; not yet
+    /// clamped to the timeout (the waiting loop does that).
     pub fn delays(&self) -> impl Iterator<Item = Duration> + use<> {
         let policy = *self;
         (0..policy.max_retries).map(move |retry| {
@@ -152,14 +165,26 @@ impl RetryPolicy {
                     .base_delay
                     .saturating_mul(2_u32.saturating_pow(retry)),
             };
-            match policy.jitter {
-                Jitter::None => delay,
-                Jitter::Equal => {
-                    (delay / 2).saturating_add(delay.mul_f64(rand::random::<f64>() / 2.0))
-                }
-                Jitter::Full => delay.mul_f64(rand::random::<f64>()),
-            }
+            policy.jitter.apply(delay).max(SHORTEST_DELAY)
         })
+    }
+}
+
+/// The shortest delay between two attempts: retrying sooner would only load the backend.
+const SHORTEST_DELAY: Duration = Duration::from_millis(1);
+
+impl Jitter {
+    /// `delay` randomized, in whole nanoseconds (no floating point that could overflow).
+    fn apply(self, delay: Duration) -> Duration {
+        let nanos = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
+        match self {
+            Self::None => delay,
+            Self::Equal => {
+                let kept = nanos - nanos / 2;
+                Duration::from_nanos(kept + rand::random_range(0..=nanos / 2))
+            }
+            Self::Full => Duration::from_nanos(rand::random_range(0..=nanos)),
+        }
     }
 }
 
@@ -194,6 +219,31 @@ mod tests {
         let delays: Vec<_> = policy.delays().collect();
         assert_eq!(delays.len(), 10);
         assert!(delays.iter().all(|d| *d <= Duration::from_millis(100)));
+    }
+
+    #[test]
+    fn delays_are_at_least_a_millisecond() {
+        for jitter in [Jitter::None, Jitter::Equal, Jitter::Full] {
+            let policy = RetryPolicy::new()
+                .with_base_delay(Duration::ZERO)
+                .with_jitter(jitter);
+            let delays: Vec<_> = policy.delays().collect();
+            assert_eq!(delays.len(), 10);
+            assert!(delays.iter().all(|d| *d == SHORTEST_DELAY), "{delays:?}");
+        }
+    }
+
+    #[test]
+    fn huge_delays_saturate_with_every_jitter() {
+        for jitter in [Jitter::None, Jitter::Equal, Jitter::Full] {
+            let policy = RetryPolicy::new()
+                .with_base_delay(Duration::MAX)
+                .with_max_retries(u32::MAX)
+                .with_jitter(jitter);
+            for delay in policy.delays().take(40) {
+                assert!(delay >= SHORTEST_DELAY);
+            }
+        }
     }
 
     #[test]

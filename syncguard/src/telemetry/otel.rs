@@ -277,6 +277,7 @@ impl LockObserver for Observer {
             LostReason::NotHeld => "not_held",
             LostReason::LeaseExpired => "lease_expired",
             LostReason::MaxHoldReached => "max_hold_reached",
+            LostReason::Shutdown => "shutdown",
         };
         self.otel
             .lost

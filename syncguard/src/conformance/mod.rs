@@ -22,6 +22,13 @@ use std::time::Duration;
 
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 
+mod lease_safety;
+
+pub use lease_safety::{
+    a_manual_extend_waits_for_the_heartbeats, a_stalled_holder_learns_of_its_loss,
+    huge_durations_never_overflow, work_that_outlived_its_lease_is_not_a_success,
+};
+
 use crate::key::hash_key;
 use crate::time::{TIME_TOLERANCE_MS, now_ms};
 use crate::{
@@ -40,7 +47,9 @@ macro_rules! conformance_tests {
             ownership_is_verified, fences_are_monotonic_per_key, fences_survive_expiry,
             lookups_are_sanitized, invalid_input_changes_nothing, keys_are_nfc_normalized,
             mutual_exclusion, heartbeat_keeps_short_ttl_lock, lock_removed_behind_back_is_lost,
-            with_lock_cancels_work_on_loss, capabilities_declare_fencing
+            with_lock_cancels_work_on_loss, capabilities_declare_fencing,
+            huge_durations_never_overflow, a_manual_extend_waits_for_the_heartbeats,
+            a_stalled_holder_learns_of_its_loss, work_that_outlived_its_lease_is_not_a_success
         );
     };
     (@each $make:expr; $($check:ident),* $(,)?) => {
@@ -59,14 +68,14 @@ pub fn unique_key(label: &str) -> String {
     format!("conformance:{label}:{}", LockId::generate())
 }
 
-async fn acquired<B: LockBackend>(backend: &B, key: &str, ttl: Duration) -> Lease {
+pub(crate) async fn acquired<B: LockBackend>(backend: &B, key: &str, ttl: Duration) -> Lease {
     match backend.acquire(key, ttl).await {
         Ok(AcquireOutcome::Acquired(lease)) => lease,
         other => panic!("expected to acquire {key:?}, got {other:?}"),
     }
 }
 
-async fn assert_contended<B: LockBackend>(backend: &B, key: &str) {
+pub(crate) async fn assert_contended<B: LockBackend>(backend: &B, key: &str) {
     let outcome = backend
         .acquire(key, Duration::from_secs(10))
         .await
@@ -77,7 +86,11 @@ async fn assert_contended<B: LockBackend>(backend: &B, key: &str) {
     );
 }
 
-fn assert_code<T: std::fmt::Debug>(result: Result<T, LockError>, code: ErrorCode, what: &str) {
+pub(crate) fn assert_code<T: std::fmt::Debug>(
+    result: Result<T, LockError>,
+    code: ErrorCode,
+    what: &str,
+) {
     match result {
         Err(error) => assert_eq!(error.code(), code, "{what}: {error}"),
         Ok(value) => panic!("{what}: expected {code} error, got {value:?}"),
@@ -594,6 +607,9 @@ pub async fn with_lock_cancels_work_on_loss<B: LockBackend + Clone + 'static>(ba
         "released after an error"
     );
 
+    // With `OnLost::Notify` the work runs on and sees the loss; its result is still not
+    // reported as a success made under the lock.
+    let seen = Arc::new(Mutex::new(None));
     let notified = crate::with_lock(
         &backend,
         &options
@@ -602,12 +618,21 @@ pub async fn with_lock_cancels_work_on_loss<B: LockBackend + Clone + 'static>(ba
             .with_retry(RetryPolicy::single_attempt()),
         async |guard| {
             assert!(thief.release(guard.lock_id()).await?.is_released());
-            Ok::<_, LockError>(guard.lost().await)
+            *seen.lock().unwrap() = Some(guard.lost().await);
+            Ok::<_, LockError>("finished")
         },
     )
-    .await
-    .unwrap();
-    assert_eq!(notified, LostReason::NotHeld);
+    .await;
+    assert_eq!(*seen.lock().unwrap(), Some(LostReason::NotHeld));
+    assert!(
+        matches!(
+            notified,
+            Err(LockError::LockLost {
+                reason: LostReason::NotHeld
+            })
+        ),
+        "{notified:?}"
+    );
 }
 
 /// The backend declares fencing and names itself.

@@ -1,0 +1,80 @@
+//! The keeper: extends the lock on schedule (when the heartbeat is on) and records its loss
+//! when an extend says it is gone or its lease runs out.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::lease::later;
+use super::state::{Extension, Shared};
+use crate::backend::LockBackend;
+
+/// Extends shorter than this are not worth a round trip: the hold cap is as good as reached.
+const SHORTEST_EXTEND: Duration = Duration::from_millis(1);
+
+/// What the keeper does next.
+enum Step {
+    /// Sleep until then (or until the deadline moves, or the lock is lost).
+    WaitUntil(Instant),
+    /// Extend for this ttl; `true` if it is the last extend the hold cap allows.
+    Extend(Duration, bool),
+}
+
+/// Runs until the lock is lost (then it has recorded why). Dropping it stops the heartbeat.
+pub(super) async fn keep(shared: Arc<Shared>, backend: Arc<dyn LockBackend>, heartbeat: bool) {
+    // After a failed extend, try again this often while the lease lasts.
+    let retry_every = (shared.ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let mut not_before: Option<Instant> = None;
+    while shared.loss().is_none() {
+        match next_step(&shared, heartbeat, not_before) {
+            Step::WaitUntil(at) => shared.wait_until(at).await,
+            Step::Extend(ttl, reaches_cap) => {
+                match shared.extend(backend.as_ref(), ttl, reaches_cap).await {
+                    Extension::Extended => {
+                        shared.report_heartbeat(true);
+                        not_before = None;
+                    }
+                    Extension::Lost => {
+                        shared.report_heartbeat(false);
+                        return;
+                    }
+                    Extension::Failed(error) => {
+                        shared.report_heartbeat(false);
+                        tracing::warn!(%error, key_hash = %shared.key_hash(), fence = %shared.fence, "syncguard heartbeat extend failed; retrying while the lease lasts");
+                        not_before = Some(later(Instant::now(), retry_every));
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn next_step(shared: &Shared, heartbeat: bool, not_before: Option<Instant>) -> Step {
+    let belief = shared.belief();
+    if !heartbeat || belief.reaches_cap {
+        return Step::WaitUntil(belief.deadline);
+    }
+    let ttl = shared.ttl;
+    let now = Instant::now();
+    // Extend once a third of the ttl has passed since the lease was granted, but not sooner
+    // than a failed extend allows.
+    let mut due = belief.deadline.checked_sub(ttl - ttl / 3).unwrap_or(now);
+    if let Some(retry_at) = not_before {
+        due = due.max(retry_at);
+    }
+    if due > now {
+        return Step::WaitUntil(due.min(belief.deadline));
+    }
+    let cap_left = shared
+        .hold_until
+        .map(|cap| cap.saturating_duration_since(now));
+    match cap_left {
+        Some(left) if left < SHORTEST_EXTEND => {
+            shared.lease_reaches_cap();
+            Step::WaitUntil(belief.deadline)
+        }
+        Some(left) if left <= ttl => Step::Extend(left, true),
+        _ => Step::Extend(ttl, false),
+    }
+}

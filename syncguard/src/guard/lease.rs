@@ -1,0 +1,207 @@
+//! What a guard may believe about its lease: the local deadline by which the lock must be
+//! assumed gone, derived only from what the backend can have done.
+//!
+//! The backend's expiry is set by the last extend it applied (*its own now + that extend's
+//! ttl*). Extends are sent one at a time per guard, so an extend that succeeded was applied
+//! after every earlier one that succeeded. Only an extend whose outcome is unknown (an error
+//! or a timeout after it was sent) can still land later, at any time after it was sent, and
+//! set the expiry to *then + its ttl*. Hence:
+//!
+//! - after a success sent at `s` with ttl `t`, the expiry is at least `s + min(t, u)`, where
+//!   `u` is the shortest ttl of any unsettled extend so far;
+//! - after an unsettled extend sent at `s` with ttl `t`, the expiry is at least the smaller of
+//!   what it was and `s + t` (it may have been applied at once).
+//!
+//! The deadline is never later than those bounds, nor than the backend's reported expiry
+//! translated to the local clock. Every sum saturates: no duration a user passes can
+//! overflow `Instant`.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::time::now_ms;
+
+/// Converts the backend's authoritative expiry into a local instant.
+///
+/// The offset between the time authority and the local clock is estimated from the acquire:
+/// the backend computed `expires_at_ms - ttl` at some moment after the request was sent, so
+/// `expires_at_ms - ttl - local_send_time` over-estimates the authority's lead. Over-estimating
+/// makes every deadline early, never late.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct LeaseClock {
+    authority_lead_ms: i64,
+}
+
+impl LeaseClock {
+    /// `sent_wall_ms` is `None` for a backend that answered at once on the local clock: its
+    /// own reading is the send time, so the authority leads by nothing.
+    pub(super) fn calibrate(sent_wall_ms: Option<u64>, ttl: Duration, expires_at_ms: u64) -> Self {
+        let Some(sent_wall_ms) = sent_wall_ms else {
+            return Self {
+                authority_lead_ms: 0,
+            };
+        };
+        Self {
+            authority_lead_ms: signed(expires_at_ms)
+                .saturating_sub(signed_millis(ttl))
+                .saturating_sub(signed(sent_wall_ms)),
+        }
+    }
+
+    /// The local instant at which the authority's clock reads `expires_at_ms`; far in the
+    /// future (not a panic) for an absurd expiry.
+    fn local(self, expires_at_ms: u64) -> Instant {
+        let authority_now = signed(now_ms()).saturating_add(self.authority_lead_ms);
+        let left_ms = signed(expires_at_ms).saturating_sub(authority_now).max(0);
+        later(
+            Instant::now(),
+            Duration::from_millis(left_ms.unsigned_abs()),
+        )
+    }
+}
+
+/// What the guard believes about its lease.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Belief {
+    /// Local instant by which the lock must be assumed gone.
+    pub(super) deadline: Instant,
+    /// The latest authoritative expiry the backend reported (Unix ms of its time authority).
+    pub(super) expires_at_ms: u64,
+    /// The lease reaches the hold cap: it is the last one, and its end is the cap's doing.
+    pub(super) reaches_cap: bool,
+    /// The shortest ttl of any extend whose outcome is unknown.
+    unsettled_ttl: Option<Duration>,
+}
+
+impl Belief {
+    /// The lease of an acquire sent at `sent_at` for `ttl`. Its deadline is the ttl from the
+    /// send: the clock was calibrated on this very lease, so its authoritative expiry says
+    /// the same.
+    pub(super) fn granted(sent_at: Instant, ttl: Duration, expires_at_ms: u64) -> Self {
+        Self {
+            deadline: later(sent_at, ttl),
+            expires_at_ms,
+            reaches_cap: false,
+            unsettled_ttl: None,
+        }
+    }
+
+    /// An extend sent at `sent_at` for `ttl` succeeded with `expires_at_ms`.
+    pub(super) fn extended(
+        &mut self,
+        clock: LeaseClock,
+        sent_at: Instant,
+        ttl: Duration,
+        expires_at_ms: u64,
+    ) {
+        let surely = self
+            .unsettled_ttl
+            .map_or(ttl, |unsettled| unsettled.min(ttl));
+        self.deadline = later(sent_at, surely).min(clock.local(expires_at_ms));
+        self.expires_at_ms = expires_at_ms;
+    }
+
+    /// An extend sent at `sent_at` for `ttl` failed in a way that leaves open whether the
+    /// backend applied it (or will).
+    pub(super) fn unsettled(&mut self, sent_at: Instant, ttl: Duration) {
+        self.deadline = self.deadline.min(later(sent_at, ttl));
+        self.unsettled_ttl = Some(self.unsettled_ttl.map_or(ttl, |shortest| shortest.min(ttl)));
+    }
+}
+
+/// `at + by`, saturating about a century ahead instead of overflowing.
+pub(super) fn later(at: Instant, by: Duration) -> Instant {
+    const FAR: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+    at.checked_add(by.min(FAR))
+        .or_else(|| at.checked_add(FAR))
+        .unwrap_or(at)
+}
+
+fn signed(ms: u64) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX)
+}
+
+fn signed_millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TTL: Duration = Duration::from_secs(10);
+
+    fn granted_now() -> (Belief, LeaseClock, Instant) {
+        let sent = Instant::now();
+        let wall = now_ms();
+        let clock = LeaseClock::calibrate(Some(wall), TTL, wall + 10_000);
+        (Belief::granted(sent, TTL, wall + 10_000), clock, sent)
+    }
+
+    #[test]
+    fn deadline_never_later_than_ttl_from_send() {
+        let sent = Instant::now();
+        let wall = now_ms();
+        // Authority clock 1 h ahead of ours: the ttl bound still applies.
+        let clock = LeaseClock::calibrate(Some(wall), TTL, wall + 3_600_000 + 10_000);
+        let mut belief = Belief::granted(sent, TTL, wall + 3_600_000 + 10_000);
+        belief.extended(clock, sent, TTL, wall + 3_600_000 + 10_000);
+        assert!(belief.deadline <= sent + TTL);
+        assert!(belief.deadline + Duration::from_millis(500) >= sent + TTL);
+    }
+
+    #[test]
+    fn deadline_follows_a_shorter_authoritative_expiry() {
+        let (mut belief, clock, sent) = granted_now();
+        // A later extend reports an expiry only 2 s ahead (e.g. a shortened lease).
+        belief.extended(clock, sent, TTL, now_ms() + 2_000);
+        assert!(belief.deadline <= Instant::now() + Duration::from_millis(2_000));
+        assert!(
+            belief.deadline + Duration::from_millis(500) >= Instant::now() + Duration::from_secs(2)
+        );
+    }
+
+    #[test]
+    fn an_answer_at_once_is_on_our_own_clock() {
+        let clock = LeaseClock::calibrate(None, TTL, now_ms() + 10_000);
+        assert_eq!(clock.authority_lead_ms, 0);
+        let at = clock.local(now_ms() + 2_000);
+        assert!(at <= Instant::now() + Duration::from_millis(2_000));
+        assert!(at + Duration::from_millis(500) >= Instant::now() + Duration::from_secs(2));
+    }
+
+    #[test]
+    fn an_unsettled_short_extend_caps_this_and_every_later_deadline() {
+        let (mut belief, clock, sent) = granted_now();
+        // A manual extend for 200 ms whose reply was lost: it may have been applied.
+        belief.unsettled(sent, Duration::from_millis(200));
+        assert!(belief.deadline <= sent + Duration::from_millis(200));
+        // A later heartbeat extend for the full ttl succeeds, but the short one may still
+        // land after it.
+        let later_send = Instant::now();
+        belief.extended(clock, later_send, TTL, now_ms() + 10_000);
+        assert!(belief.deadline <= later_send + Duration::from_millis(200));
+    }
+
+    #[test]
+    fn an_unsettled_long_extend_changes_nothing() {
+        let (mut belief, _, sent) = granted_now();
+        let before = belief.deadline;
+        belief.unsettled(Instant::now(), TTL * 2);
+        assert_eq!(belief.deadline, before);
+        assert!(belief.deadline <= sent + TTL);
+    }
+
+    #[test]
+    fn absurd_expiries_and_durations_saturate() {
+        let clock = LeaseClock::calibrate(Some(u64::MAX), Duration::MAX, u64::MAX);
+        let now = Instant::now();
+        assert!(clock.local(u64::MAX) > now);
+        assert!(later(now, Duration::MAX) > now);
+        let mut belief = Belief::granted(now, Duration::MAX, u64::MAX);
+        belief.extended(clock, now, Duration::MAX, u64::MAX);
+        belief.unsettled(now, Duration::MAX);
+        assert!(belief.deadline > now);
+    }
+}

@@ -1,0 +1,496 @@
+//! Holding a lock: the guard, its heartbeat, and loss detection.
+//!
+//! - `lease`: what the guard may believe about its lease (the local deadline), from what the
+//!   backend can have done;
+//! - `state`: what the guard, its views and its keeper share, and the one extend in flight;
+//! - `keeper`: the heartbeat;
+//! - `shutdown`: the locks this process holds, released together on shutdown.
+
+mod keeper;
+mod lease;
+pub(crate) mod shutdown;
+mod state;
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
+
+use crate::backend::{LockBackend, ReleaseOutcome};
+use crate::time::ttl_millis;
+use crate::{Fence, LockError, LockId, LostReason};
+use shutdown::Registration;
+pub(crate) use state::Start;
+use state::{Extension, Shared};
+
+/// A held lock. It keeps the lock alive with a heartbeat (unless turned off), tells the holder
+/// when the lock is lost, and releases it.
+///
+/// Get one from [`acquire`](crate::acquire), or let [`with_lock`](crate::with_lock) manage it.
+///
+/// - **Held** means: the lease the backend granted (or last extended) cannot have run out yet.
+///   The guard keeps a local deadline that is never later than any expiry the backend can
+///   have set: counted from when each request was *sent*, capped by the authoritative expiry
+///   the backend reports, with one extend in flight at a time (a manual
+///   [`extend`](Self::extend) waits for the heartbeat's), and cut short by any extend whose
+///   outcome is unknown.
+/// - **Heartbeat.** A background task extends the lock when a third of its ttl has passed. It
+///   rides out backend errors while the lease lasts.
+///   [`LockOptions::with_max_hold`](crate::LockOptions::with_max_hold) caps the total hold
+///   time.
+/// - **Loss.** The lock is lost when an extend answers that it is no longer held, or when the
+///   deadline passes without a successful extend. Every way of asking checks the deadline at
+///   the moment it is asked, so a thread or runtime that was blocked past the lease learns of
+///   the loss as soon as it looks: [`lost`](Self::lost) (await), [`is_lost`](Self::is_lost)
+///   and [`lost_reason`](Self::lost_reason) (poll), [`lost_token`](Self::lost_token) (a
+///   [`CancellationToken`] that fires). A loss is final.
+/// - **Release.** [`release`](Self::release) releases now and reports the result. Dropping
+///   the guard stops the heartbeat and releases **in the background**: the lock stays held
+///   until that spawned release reaches the backend (or, without a tokio runtime, until its
+///   ttl runs out). Call `release().await` when the next owner should not wait, and
+///   [`shutdown`](crate::shutdown) before the runtime ends. (A backend that answers at once,
+///   such as `MemoryBackend`, is released during the drop itself.)
+///
+/// Work done while the thread is blocked cannot be stopped by any of this: the lock may
+/// expire and pass to the next holder mid-write. Pass [`fence`](Self::fence) to the resource
+/// you write to, so that it refuses a stale holder.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {
+/// use std::time::Duration;
+/// use syncguard::{LockOptions, MemoryBackend};
+///
+/// let backend = MemoryBackend::new();
+/// let options = LockOptions::new("invoice:7").with_ttl(Duration::from_secs(10));
+/// let guard = syncguard::acquire(&backend, &options).await?;
+/// let fence = guard.fence(); // hand this to the resource you write to
+/// tokio::select! {
+///     _ = tokio::time::sleep(Duration::from_millis(10)) => {} // the work
+///     reason = guard.lost() => return Err(syncguard::LockError::LockLost { reason }),
+/// }
+/// assert!(guard.release().await?);
+/// # let _ = fence; Ok(()) }
+/// ```
+#[must_use = "dropping a LockGuard releases the lock (in the background) at once"]
+pub struct LockGuard {
+    shared: Arc<Shared>,
+    backend: Arc<dyn LockBackend>,
+    keeper: Keeper,
+    /// `Some` until a release reached the backend: then dropping the guard releases nothing.
+    unreleased: Option<Registration>,
+}
+
+/// What keeps the lock alive (heartbeat and loss detection).
+enum Keeper {
+    /// A spawned task, aborted when this is dropped: it runs with nobody polling the guard.
+    Task {
+        _abort_on_drop: AbortOnDropHandle<()>,
+    },
+    /// Run by the guard's owner through [`LockGuard::poll_keeper`], inside the owner's task,
+    /// so that holding a lock for a short request costs no task, no cross-thread wake-up and
+    /// no timer. The future is only created once the owner has to wait.
+    Driven {
+        heartbeat: bool,
+        // Only ever reached through `&mut` (`get_mut`, no locking): the mutex is there to
+        // keep `LockGuard: Sync`, which the future (holding backend futures) is not.
+        running: Option<Mutex<KeepFuture>>,
+    },
+    /// Released, or lost (the keeper ends once it records the loss).
+    Stopped,
+}
+
+type KeepFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// When an acquire request was sent, on the monotonic and the wall clock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SentAt {
+    pub(crate) instant: Instant,
+    /// `None` for a request the backend answered at once, on the local clock
+    /// ([`LockBackend::try_acquire_now`]): its own reading is the send time, so the authority
+    /// leads by nothing, and the wall clock need not be read twice.
+    pub(crate) wall_ms: Option<u64>,
+}
+
+impl SentAt {
+    pub(crate) fn now() -> Self {
+        Self {
+            instant: Instant::now(),
+            wall_ms: Some(crate::time::now_ms()),
+        }
+    }
+
+    /// For a request the backend answers at once.
+    pub(crate) fn at_once() -> Self {
+        Self {
+            instant: Instant::now(),
+            wall_ms: None,
+        }
+    }
+}
+
+impl LockGuard {
+    /// Wraps a fresh lease. With `driven`, the owner runs the keeper (heartbeat and loss
+    /// detection) with [`poll_keeper`](Self::poll_keeper); otherwise a task is spawned for it.
+    ///
+    /// Must be called within a tokio runtime.
+    pub(crate) fn start(
+        backend: Arc<dyn LockBackend>,
+        start: Start,
+        heartbeat: bool,
+        driven: bool,
+    ) -> Self {
+        let shared = Arc::new(Shared::new(start));
+        let registration = Registration::new(&backend, &shared);
+        let keeper = if driven {
+            Keeper::Driven {
+                heartbeat,
+                running: None,
+            }
+        } else {
+            let task = tokio::spawn(keeper::keep(
+                Arc::clone(&shared),
+                Arc::clone(&backend),
+                heartbeat,
+            ));
+            Keeper::Task {
+                _abort_on_drop: AbortOnDropHandle::new(task),
+            }
+        };
+        Self {
+            shared,
+            backend,
+            keeper,
+            unreleased: Some(registration),
+        }
+    }
+
+    /// Runs the keeper of a driven guard: extends the lock when due and notices its loss.
+    /// `Ready` with the reason once the lock is lost, `Pending` while it is held (the waker of
+    /// `cx` is woken when the next extend is due, or when an extend in flight completes).
+    ///
+    /// The owner calls it whenever its task is polled while it holds the lock; a heartbeat
+    /// only happens while somebody polls. A guard whose keeper is a task (from
+    /// [`acquire`](crate::acquire), or after [`detach_keeper`](Self::detach_keeper)) is kept
+    /// by that task: this only reports whether it is lost, and registers no waker.
+    pub(crate) fn poll_keeper(&mut self, cx: &mut Context<'_>) -> Poll<LostReason> {
+        let Self {
+            shared,
+            backend,
+            keeper,
+            ..
+        } = self;
+        if let Keeper::Driven { heartbeat, running } = keeper {
+            let keeping = running.get_or_insert_with(|| {
+                Mutex::new(Box::pin(keeper::keep(
+                    Arc::clone(shared),
+                    Arc::clone(backend),
+                    *heartbeat,
+                )))
+            });
+            let keeping = keeping
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if keeping.as_mut().poll(cx).is_ready() {
+                *keeper = Keeper::Stopped;
+            }
+        }
+        match self.shared.loss() {
+            Some(reason) => Poll::Ready(reason),
+            None => Poll::Pending,
+        }
+    }
+
+    /// Hands the keeper of a driven guard over to a spawned task, for when the lock must be
+    /// kept while nobody polls the guard. The guard then behaves as one from
+    /// [`acquire`](crate::acquire). No effect on a guard whose keeper is already a task, or
+    /// whose lock is lost.
+    ///
+    /// Must be called within a tokio runtime.
+    pub(crate) fn detach_keeper(&mut self) {
+        let Keeper::Driven { heartbeat, running } = &mut self.keeper else {
+            return;
+        };
+        let running = running.take().map(|running| {
+            running
+                .into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        });
+        let keeping = running.unwrap_or_else(|| {
+            Box::pin(keeper::keep(
+                Arc::clone(&self.shared),
+                Arc::clone(&self.backend),
+                *heartbeat,
+            ))
+        });
+        self.keeper = Keeper::Task {
+            _abort_on_drop: AbortOnDropHandle::new(tokio::spawn(keeping)),
+        };
+    }
+
+    /// The (NFC-normalized) key this guard holds.
+    pub fn key(&self) -> &str {
+        self.shared.key.as_str()
+    }
+
+    /// The lock id of this acquisition.
+    pub fn lock_id(&self) -> &LockId {
+        &self.shared.lock_id
+    }
+
+    /// The fencing token of this acquisition: pass it to the resource the lock protects.
+    pub fn fence(&self) -> Fence {
+        self.shared.fence
+    }
+
+    /// The ttl each extend asks for.
+    pub fn ttl(&self) -> Duration {
+        self.shared.ttl
+    }
+
+    /// The latest authoritative expiry (Unix ms of the backend's time authority).
+    pub fn expires_at_ms(&self) -> u64 {
+        self.shared.belief().expires_at_ms
+    }
+
+    /// How long the lock has been held.
+    pub fn held_for(&self) -> Duration {
+        self.shared.acquired_at.elapsed()
+    }
+
+    /// Whether the lock is lost, as of now: also when the lease ran out while nobody (not even
+    /// the heartbeat) looked.
+    pub fn is_lost(&self) -> bool {
+        self.shared.loss().is_some()
+    }
+
+    /// Why the lock is lost, as of now; `None` while it is held.
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.shared.loss()
+    }
+
+    /// Completes when the lock is lost, with the reason (at once if it already is, or if the
+    /// lease has run out); never completes while it is held.
+    pub async fn lost(&self) -> LostReason {
+        self.shared.lost().await
+    }
+
+    /// A token that is cancelled when the lock is lost, for work that already listens to a
+    /// [`CancellationToken`]. It is not cancelled by a release. A token asked for after the
+    /// lease ran out is already cancelled; one asked for earlier is cancelled by the keeper
+    /// at the deadline (late if the keeper's thread is blocked: check
+    /// [`is_lost`](Self::is_lost) after a blocking section).
+    pub fn lost_token(&self) -> CancellationToken {
+        self.shared.lost_token().clone()
+    }
+
+    /// Extends the lock now to *now + `ttl`*, on top of (or instead of) the heartbeat. An
+    /// extend of the heartbeat still in flight is waited for first, so the backend applies
+    /// them in the order the guard accounts for them; the call never waits past the lease.
+    /// Returns `false`, with the lock lost, if it was no longer held (or the lease ran out
+    /// before the answer came).
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for a bad ttl, before any I/O; backend errors as they
+    /// come (the lock is not marked lost for those: the lease may still be valid, though it
+    /// now ends no later than `ttl` after this call, in case the backend applied the extend).
+    pub async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
+        ttl_millis(ttl)?;
+        match self.shared.extend(self.backend.as_ref(), ttl, false).await {
+            Extension::Extended => Ok(true),
+            Extension::Lost => Ok(false),
+            Extension::Failed(error) => Err(error),
+        }
+    }
+
+    /// Stops the heartbeat and releases the lock. Returns `true` if this call released it,
+    /// `false` if it was no longer held (expired or taken over).
+    ///
+    /// # Errors
+    /// Backend errors as they come; the lock then expires at the end of its ttl.
+    pub async fn release(mut self) -> Result<bool, LockError> {
+        if let Some(released) = self.release_now() {
+            return released;
+        }
+        self.keeper = Keeper::Stopped; // stops the heartbeat
+        self.shared.end();
+        let outcome = self.backend.release(&self.shared.lock_id).await;
+        // If this future is dropped before here, the drop releases in the background instead.
+        self.released(outcome)
+    }
+
+    /// [`release`](Self::release) without a future, when the backend answers at once
+    /// ([`LockBackend::try_release_now`]); `None`, with nothing done, when it cannot. The
+    /// guard is then spent: dropping it releases nothing more.
+    pub(crate) fn release_now(&mut self) -> Option<Result<bool, LockError>> {
+        let outcome = self.backend.try_release_now(&self.shared.lock_id)?;
+        self.keeper = Keeper::Stopped;
+        self.shared.end();
+        Some(self.released(outcome))
+    }
+
+    fn released(&mut self, outcome: Result<ReleaseOutcome, LockError>) -> Result<bool, LockError> {
+        // Reached the backend: no second release on drop.
+        self.unreleased = None;
+        let released = outcome?.is_released();
+        if released {
+            self.shared.report_released();
+        }
+        Ok(released)
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        self.keeper = Keeper::Stopped;
+        self.shared.end();
+        let Some(registration) = self.unreleased.take() else {
+            return;
+        };
+        // A lock the backend already disowned needs no release; one whose lease merely ran
+        // out locally (backend unreachable) may still be stored, so release it.
+        if self.shared.lost_reason() == Some(LostReason::NotHeld) {
+            return;
+        }
+        // A backend that answers at once needs no task for it.
+        if let Some(outcome) = self.backend.try_release_now(&self.shared.lock_id) {
+            report_dropped_release(&self.shared, outcome);
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                key_hash = %self.shared.key_hash(),
+                fence = %self.shared.fence,
+                "a LockGuard was dropped outside a tokio runtime: its release cannot be sent, and the lock stays held until its ttl runs out"
+            );
+            return;
+        };
+        let release = BackgroundRelease {
+            backend: Arc::clone(&self.backend),
+            shared: Arc::clone(&self.shared),
+            answered: false,
+            _registration: registration,
+        };
+        runtime.spawn(release.run());
+    }
+}
+
+/// The release of a dropped guard, in a task of its own. It stays among the held locks (for
+/// [`shutdown`](crate::shutdown)) until the backend answers, and says so if its task is
+/// dropped first (the runtime ended).
+struct BackgroundRelease {
+    backend: Arc<dyn LockBackend>,
+    shared: Arc<Shared>,
+    answered: bool,
+    _registration: Registration,
+}
+
+impl BackgroundRelease {
+    async fn run(mut self) {
+        let outcome = self.backend.release(&self.shared.lock_id).await;
+        self.answered = true;
+        report_dropped_release(&self.shared, outcome);
+    }
+}
+
+impl Drop for BackgroundRelease {
+    fn drop(&mut self) {
+        if !self.answered {
+            tracing::warn!(
+                key_hash = %self.shared.key_hash(),
+                fence = %self.shared.fence,
+                "the release of a dropped LockGuard was cut off before the backend answered (the runtime ended): the lock may stay held until its ttl runs out; call syncguard::shutdown before the runtime ends"
+            );
+        }
+    }
+}
+
+fn report_dropped_release(shared: &Shared, outcome: Result<ReleaseOutcome, LockError>) {
+    match outcome {
+        Ok(outcome) if outcome.is_released() => shared.report_released(),
+        Ok(_) => {}
+        Err(error) => {
+            tracing::warn!(%error, key_hash = %shared.key_hash(), fence = %shared.fence, "release of a dropped LockGuard failed; the lock will expire at the end of its ttl");
+        }
+    }
+}
+
+/// A cheap handle on what a [`LockGuard`] holds (key, lock id, fence) and on its loss, for
+/// code that must not own the guard, such as a request's extensions. Cloning it copies no
+/// string. It does not keep the lock: that stays the guard's job. Once the guard has
+/// released (or was dropped), no new loss is reported.
+#[derive(Clone)]
+pub struct GuardView {
+    shared: Arc<Shared>,
+}
+
+impl GuardView {
+    /// The view of `guard`.
+    pub fn of(guard: &LockGuard) -> Self {
+        Self {
+            shared: Arc::clone(&guard.shared),
+        }
+    }
+
+    /// As [`LockGuard::key`].
+    pub fn key(&self) -> &str {
+        self.shared.key.as_str()
+    }
+
+    /// As [`LockGuard::lock_id`].
+    pub fn lock_id(&self) -> &LockId {
+        &self.shared.lock_id
+    }
+
+    /// As [`LockGuard::fence`].
+    pub fn fence(&self) -> Fence {
+        self.shared.fence
+    }
+
+    /// As [`LockGuard::is_lost`].
+    pub fn is_lost(&self) -> bool {
+        self.shared.loss().is_some()
+    }
+
+    /// As [`LockGuard::lost_reason`].
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.shared.loss()
+    }
+
+    /// As [`LockGuard::lost`].
+    pub async fn lost(&self) -> LostReason {
+        self.shared.lost().await
+    }
+
+    /// The token [`LockGuard::lost_token`] clones.
+    pub fn lost_token(&self) -> &CancellationToken {
+        self.shared.lost_token()
+    }
+}
+
+impl fmt::Debug for GuardView {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GuardView")
+            .field("key", &self.shared.key)
+            .field("lock_id", &self.shared.lock_id)
+            .field("fence", &self.shared.fence)
+            .field("lost", &self.lost_reason())
+            .finish()
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("lock_id", &self.shared.lock_id)
+            .field("fence", &self.shared.fence)
+            .field("expires_at_ms", &self.expires_at_ms())
+            .field("lost", &self.lost_reason())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,269 @@
+//! What a guard, its views and its keeper share: the lease as the guard believes it, one
+//! extend at a time, and the loss.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::{Instant, timeout_at};
+use tokio_util::sync::CancellationToken;
+
+use super::lease::{Belief, LeaseClock, later};
+use crate::backend::{ExtendOutcome, LockBackend};
+use crate::key::hash_key;
+use crate::key_text::KeyText;
+use crate::observe::LockObserver;
+use crate::{Fence, LockError, LockId, LostReason};
+
+pub(crate) struct Shared {
+    pub(super) key: KeyText,
+    pub(super) lock_id: LockId,
+    pub(super) fence: Fence,
+    /// The ttl the heartbeat asks for.
+    pub(super) ttl: Duration,
+    pub(super) acquired_at: Instant,
+    /// When the hold cap is reached; `None` without a cap.
+    pub(super) hold_until: Option<Instant>,
+    clock: LeaseClock,
+    belief: Mutex<Belief>,
+    /// Held for the whole of an extend, the heartbeat's or a manual one: with one extend in
+    /// flight, replies cannot be applied in another order than the backend applied them.
+    extending: tokio::sync::Mutex<()>,
+    /// Woken when the deadline moves or the lock is lost.
+    changed: Notify,
+    /// The holder released the lock (or dropped the guard): nothing more is reported lost.
+    ended: AtomicBool,
+    lost_reason: OnceLock<LostReason>,
+    /// Cancelled when the lock is lost. Made on first use: most holders never ask for it.
+    lost_token: OnceLock<CancellationToken>,
+    observer: Option<Arc<dyn LockObserver>>,
+}
+
+/// What one extend achieved.
+pub(super) enum Extension {
+    Extended,
+    Lost,
+    /// A backend error: the lock may still be held, and the extend may or may not apply.
+    Failed(LockError),
+}
+
+/// A fresh lease, as the guard starts with it.
+pub(crate) struct Start {
+    pub(crate) key: KeyText,
+    pub(crate) lock_id: LockId,
+    pub(crate) fence: Fence,
+    pub(crate) ttl: Duration,
+    pub(crate) max_hold: Option<Duration>,
+    pub(crate) expires_at_ms: u64,
+    pub(crate) sent_at: Instant,
+    pub(crate) sent_wall_ms: Option<u64>,
+    pub(crate) observer: Option<Arc<dyn LockObserver>>,
+}
+
+impl Shared {
+    pub(super) fn new(start: Start) -> Self {
+        let Start {
+            key,
+            lock_id,
+            fence,
+            ttl,
+            max_hold,
+            expires_at_ms,
+            sent_at,
+            sent_wall_ms,
+            observer,
+        } = start;
+        let hold_until = max_hold.map(|max| later(sent_at, max));
+        let mut belief = Belief::granted(sent_at, ttl, expires_at_ms);
+        belief.reaches_cap = hold_until.is_some_and(|cap| belief.deadline >= cap);
+        Self {
+            key,
+            lock_id,
+            fence,
+            ttl,
+            acquired_at: sent_at,
+            hold_until,
+            clock: LeaseClock::calibrate(sent_wall_ms, ttl, expires_at_ms),
+            belief: Mutex::new(belief),
+            extending: tokio::sync::Mutex::new(()),
+            changed: Notify::new(),
+            ended: AtomicBool::new(false),
+            lost_reason: OnceLock::new(),
+            lost_token: OnceLock::new(),
+            observer,
+        }
+    }
+
+    fn belief_mut(&self) -> MutexGuard<'_, Belief> {
+        self.belief.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(super) fn belief(&self) -> Belief {
+        *self.belief_mut()
+    }
+
+    pub(super) fn key_hash(&self) -> String {
+        hash_key(self.key.as_str())
+    }
+
+    /// Why the lock is lost, if it is, as of now: a loss already recorded, or a deadline that
+    /// has passed (recorded here, whoever asks first). Never `None` for a lease that may have
+    /// run out, whether or not the keeper has run since.
+    pub(crate) fn loss(&self) -> Option<LostReason> {
+        if let Some(reason) = self.lost_reason.get() {
+            return Some(*reason);
+        }
+        if self.ended.load(Ordering::Acquire) {
+            return None;
+        }
+        let belief = self.belief();
+        let now = Instant::now();
+        if belief.deadline > now {
+            return None;
+        }
+        let reason = if belief.reaches_cap || self.hold_until.is_some_and(|cap| now >= cap) {
+            LostReason::MaxHoldReached
+        } else {
+            LostReason::LeaseExpired
+        };
+        Some(self.mark_lost(reason))
+    }
+
+    /// Records the loss (the first reason stays) and returns the reason recorded.
+    pub(crate) fn mark_lost(&self, reason: LostReason) -> LostReason {
+        if self.lost_reason.set(reason).is_ok() {
+            tracing::warn!(key_hash = %self.key_hash(), fence = %self.fence, %reason, "syncguard lock lost");
+            if let Some(observer) = &self.observer {
+                observer.lost(self.key.as_str(), reason, self.acquired_at.elapsed());
+            }
+            if let Some(token) = self.lost_token.get() {
+                token.cancel();
+            }
+            self.changed.notify_waiters();
+        }
+        *self.lost_reason.get().unwrap_or(&reason)
+    }
+
+    /// The loss as recorded so far (not checking the deadline).
+    pub(crate) fn lost_reason(&self) -> Option<LostReason> {
+        self.lost_reason.get().copied()
+    }
+
+    /// [`shutdown`](super::shutdown::shutdown) is about to release the lock: a holder that
+    /// still has it learns that it is lost first.
+    pub(super) fn end_by_shutdown(&self) {
+        if !self.ended.load(Ordering::Acquire) {
+            self.mark_lost(LostReason::Shutdown);
+        }
+        self.end();
+    }
+
+    /// The hold cap leaves no room for another extend: the current lease is the last.
+    pub(super) fn lease_reaches_cap(&self) {
+        self.belief_mut().reaches_cap = true;
+    }
+
+    /// The holder let go of the lock: from now on nothing is reported lost.
+    pub(super) fn end(&self) {
+        self.ended.store(true, Ordering::Release);
+    }
+
+    pub(super) fn lost_token(&self) -> &CancellationToken {
+        let token = self.lost_token.get_or_init(CancellationToken::new);
+        // A loss recorded before the token existed did not cancel it.
+        if self.loss().is_some() {
+            token.cancel();
+        }
+        token
+    }
+
+    /// Completes when the lock is lost, with the reason, also when the deadline passes while
+    /// nobody else looks; never while it is held.
+    pub(super) async fn lost(&self) -> LostReason {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if let Some(reason) = self.loss() {
+                return reason;
+            }
+            let deadline = self.belief().deadline;
+            tokio::select! {
+                () = tokio::time::sleep_until(deadline) => {}
+                () = changed => {}
+            }
+        }
+    }
+
+    /// Waits until `at`, or until the deadline moves or the lock is lost.
+    pub(super) async fn wait_until(&self, at: Instant) {
+        let changed = self.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        if self.loss().is_some() {
+            return;
+        }
+        tokio::select! {
+            () = tokio::time::sleep_until(at) => {}
+            () = changed => {}
+        }
+    }
+
+    /// Extends the lease to *now + `ttl`*, after any extend already in flight, and never
+    /// waits past the deadline. `reaches_cap`: this is the last extend the hold cap allows.
+    pub(super) async fn extend(
+        &self,
+        backend: &dyn LockBackend,
+        ttl: Duration,
+        reaches_cap: bool,
+    ) -> Extension {
+        let _one_at_a_time = self.extending.lock().await;
+        if self.loss().is_some() {
+            return Extension::Lost;
+        }
+        let deadline = self.belief().deadline;
+        let sent_at = Instant::now();
+        let reply = timeout_at(deadline, backend.extend(&self.lock_id, ttl)).await;
+        let extension = match reply {
+            Ok(Ok(ExtendOutcome::Extended { expires_at_ms })) => {
+                let mut belief = self.belief_mut();
+                belief.extended(self.clock, sent_at, ttl, expires_at_ms);
+                belief.reaches_cap |= reaches_cap;
+                Extension::Extended
+            }
+            Ok(Ok(ExtendOutcome::NotHeld(_))) => {
+                self.mark_lost(LostReason::NotHeld);
+                Extension::Lost
+            }
+            Ok(Err(error)) => {
+                self.belief_mut().unsettled(sent_at, ttl);
+                Extension::Failed(error)
+            }
+            Err(_deadline_passed) => {
+                self.belief_mut().unsettled(sent_at, ttl);
+                if self.loss().is_none() {
+                    self.mark_lost(LostReason::LeaseExpired);
+                }
+                Extension::Lost
+            }
+        };
+        self.changed.notify_waiters();
+        if self.loss().is_some() {
+            return Extension::Lost;
+        }
+        extension
+    }
+
+    pub(super) fn report_heartbeat(&self, ok: bool) {
+        if let Some(observer) = &self.observer {
+            observer.heartbeat(self.key.as_str(), ok);
+        }
+    }
+
+    pub(super) fn report_released(&self) {
+        if let Some(observer) = &self.observer {
+            observer.released(self.key.as_str(), self.acquired_at.elapsed());
+        }
+    }
+}
