@@ -9,7 +9,9 @@
 //! ```
 //!
 //! Start it in two terminals against the same PostgreSQL or Redis to see two processes share
-//! the work.
+//! the work. Ctrl-C stops it the way a service should: `syncguard::shutdown` releases the
+//! locks of the jobs cut short, so the other process can take them at once instead of after
+//! their ttl.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -132,8 +134,21 @@ async fn main() -> Result<(), LockError> {
         queue.send(id).await.expect("workers alive");
     }
     drop(queue);
-    for worker in workers {
-        worker.await.expect("worker panicked");
+    let all_done = async {
+        for worker in workers {
+            worker.await.expect("worker panicked");
+        }
+    };
+    tokio::select! {
+        () = all_done => {}
+        _ = tokio::signal::ctrl_c() => println!("Ctrl-C: stopping"),
+    }
+    // Before the runtime ends (returning from main ends it, and with it any release still
+    // waiting in a task): release every lock still held. Handlers still running learn that
+    // their lock is lost, and `#[locked]` cancels them.
+    let report = syncguard::shutdown(Duration::from_secs(5)).await;
+    if !report.all_free() {
+        println!("some locks could not be released and stay held until their ttl: {report:?}");
     }
 
     let results = results.lock().unwrap();

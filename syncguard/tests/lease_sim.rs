@@ -23,6 +23,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
+use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Once, PoisonError, Weak};
 use std::time::Duration;
@@ -45,6 +46,8 @@ const DEFAULT_SCHEDULES: u64 = 3000;
 const VIRTUAL_LIMIT: Duration = Duration::from_secs(24 * 3600);
 /// A schedule still running after this much real time is spinning without advancing time.
 const REAL_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+/// Backend calls at one virtual instant beyond which a caller is busy-looping.
+const SPIN_LIMIT: usize = 1000;
 /// Event log lines kept per schedule (the oldest are dropped).
 const LOG_KEEP: usize = 5000;
 /// Event log lines printed for a failing schedule.
@@ -534,8 +537,12 @@ impl Faulty {
     ) -> BoxFuture<'a, Result<T, LockError>> {
         Box::pin(async move {
             self.world.calls.fetch_add(1, Ordering::Relaxed);
-            let plan = self.faults.plan(op);
             let log = &self.server.log;
+            if self.world.spinning(&self.who) {
+                // Answered at once, so that a caller looping on errors lets time advance.
+                return Err(LockError::service_unavailable("sim: refused; busy loop"));
+            }
+            let plan = self.faults.plan(op);
             log.push(format_args!("{} sends {what}{plan}", self.who));
             if plan.refused {
                 sleep(plan.pre).await;
@@ -658,6 +665,7 @@ const FENCE_MATCHES: &str = "a guard's fence is the one the server granted";
 const FENCES_INCREASE: &str = "fences of successive holders of a key strictly increase";
 const WITH_LOCK_OK: &str =
     "with_lock returns Ok only for work that finished while the server held the lock live";
+const NO_SPIN: &str = "no caller busy-loops on the backend (1000 calls at one virtual instant)";
 const NO_PANIC: &str = "nothing panics (the guard's keeper task included)";
 const ENDS: &str = "every schedule ends";
 
@@ -674,6 +682,8 @@ struct World {
     /// Guards from `acquire`, for the checker task.
     guards: Mutex<Vec<(Arc<str>, Weak<LockGuard>)>>,
     stopped: AtomicBool,
+    /// When the latest backend call was made, and how many were made at that instant.
+    latest_calls: Mutex<Option<(Instant, usize)>>,
     calls: AtomicUsize,
     acquired: AtomicUsize,
     with_lock_ok: AtomicUsize,
@@ -689,6 +699,7 @@ impl World {
             newest_fence: Mutex::new(BTreeMap::new()),
             guards: Mutex::new(Vec::new()),
             stopped: AtomicBool::new(false),
+            latest_calls: Mutex::new(None),
             calls: AtomicUsize::new(0),
             acquired: AtomicUsize::new(0),
             with_lock_ok: AtomicUsize::new(0),
@@ -696,12 +707,36 @@ impl World {
     }
 
     /// Records a violation; the schedule then winds down (its first violation is the story).
+    /// Repeats of an invariant already broken are only logged.
     fn violate(&self, invariant: &'static str, detail: String) {
         let detail = format!("at {}: {detail}", self.log.stamp().trim());
         self.log
             .push(format_args!("VIOLATION of \"{invariant}\": {detail}"));
-        lock(&self.violations).push(Violation { invariant, detail });
+        let mut violations = lock(&self.violations);
+        if !violations.iter().any(|seen| seen.invariant == invariant) {
+            violations.push(Violation { invariant, detail });
+        }
         self.stopped.store(true, Ordering::Relaxed);
+    }
+
+    /// Counts a backend call; whether calls are being made in a loop that never lets virtual
+    /// time advance (the schedule could then never end).
+    fn spinning(&self, who: &str) -> bool {
+        let now = Instant::now();
+        let mut latest = lock(&self.latest_calls);
+        let count = match *latest {
+            Some((at, count)) if at == now => count + 1,
+            _ => 1,
+        };
+        *latest = Some((now, count));
+        drop(latest);
+        if count == SPIN_LIMIT {
+            self.violate(
+                NO_SPIN,
+                format!("{who} made {SPIN_LIMIT} backend calls at this instant"),
+            );
+        }
+        count >= SPIN_LIMIT
     }
 
     fn stopped(&self) -> bool {
@@ -1416,11 +1451,14 @@ fn a_guard_reports_its_lock_held_only_while_the_server_holds_it() {
                 std::thread::sleep(std::time::Duration::from_millis(200));
                 for (seed, since, log) in lock(&running).values() {
                     if since.elapsed() > REAL_LIMIT {
-                        eprintln!(
+                        // Straight to stderr: the test harness's capture is lost on abort.
+                        let mut stderr = std::io::stderr().lock();
+                        let _ = writeln!(
+                            stderr,
                             "lease_sim: seed {seed} still runs after {REAL_LIMIT:?} of real time; its log ends:"
                         );
                         for line in log.tail(60) {
-                            eprintln!("  {line}");
+                            let _ = writeln!(stderr, "  {line}");
                         }
                         std::process::abort();
                     }

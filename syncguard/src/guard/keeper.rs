@@ -57,9 +57,14 @@ fn next_step(shared: &Shared, heartbeat: bool, not_before: Option<Instant>) -> S
     }
     let ttl = shared.ttl;
     let now = Instant::now();
-    // Extend once a third of the ttl has passed since the lease was granted, but not sooner
-    // than a failed extend allows.
-    let mut due = belief.deadline.checked_sub(ttl - ttl / 3).unwrap_or(now);
+    // Extend once a third of the lease has passed since it was granted, but not sooner than a
+    // failed extend allows. (After an unsettled extend for less than the ttl, the lease is
+    // only as long as that extend's ttl: see `Belief`.)
+    let lease = belief.surely(ttl);
+    let mut due = belief
+        .deadline
+        .checked_sub(lease - lease / 3)
+        .unwrap_or(now);
     if let Some(retry_at) = not_before {
         due = due.max(retry_at);
     }

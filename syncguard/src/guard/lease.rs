@@ -102,6 +102,13 @@ impl Belief {
         self.expires_at_ms = expires_at_ms;
     }
 
+    /// How long a lease granted now for `ttl` can surely last: an unsettled extend for less
+    /// may still land and shorten it.
+    pub(super) fn surely(&self, ttl: Duration) -> Duration {
+        self.unsettled_ttl
+            .map_or(ttl, |unsettled| unsettled.min(ttl))
+    }
+
     /// An extend sent at `sent_at` for `ttl` failed in a way that leaves open whether the
     /// backend applied it (or will).
     pub(super) fn unsettled(&mut self, sent_at: Instant, ttl: Duration) {
