@@ -1,4 +1,6 @@
-//! A 300 ms ttl survives a 2 s body thanks to the heartbeat; without it the lock lapses.
+//! A 300 ms ttl survives a 2 s body thanks to the heartbeat; without it the lock lapses, and
+//! the function reports the loss even though its body saw it and returned normally. A hold
+//! cap too long to reach is no cap.
 
 use std::time::Duration;
 
@@ -20,8 +22,15 @@ async fn long_job(backend: &MemoryBackend) -> Result<bool, LockError> {
 }
 
 #[locked(key = "unkept", backend = backend, ttl = "300ms", heartbeat = false, on_lost = notify, guard = g)]
-async fn unkept_job(backend: &MemoryBackend) -> Result<syncguard::LostReason, LockError> {
-    Ok(g.lost().await)
+async fn unkept_job(backend: &MemoryBackend) -> Result<&'static str, LockError> {
+    g.lost().await;
+    Ok("finished after the lease ran out")
+}
+
+#[locked(key = "uncapped", backend = backend, ttl = "300ms", max_hold = "1000000years", guard = g)]
+async fn uncapped_job(backend: &MemoryBackend) -> Result<bool, LockError> {
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    Ok(g.is_lost())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -37,9 +46,23 @@ async fn heartbeat_keeps_a_short_lock_through_a_long_body() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_heartbeat_the_lock_lapses() {
     let backend = MemoryBackend::new();
-    let reason = tokio::time::timeout(Duration::from_secs(10), unkept_job(&backend))
+    let result = tokio::time::timeout(Duration::from_secs(10), unkept_job(&backend))
         .await
-        .expect("lost within the ttl")
-        .unwrap();
-    assert_eq!(reason, syncguard::LostReason::LeaseExpired);
+        .expect("lost within the ttl");
+    assert!(
+        matches!(
+            result,
+            Err(LockError::LockLost {
+                reason: syncguard::LostReason::LeaseExpired
+            })
+        ),
+        "{result:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_cap_beyond_reach_keeps_the_heartbeat_going() {
+    let backend = MemoryBackend::new();
+    assert!(!uncapped_job(&backend).await.unwrap());
+    assert!(!backend.is_locked("uncapped").await.unwrap());
 }

@@ -1,4 +1,5 @@
-//! A lost lock cancels the body (the default) or only notifies it.
+//! A lost lock cancels the body (the default) or only notifies it; either way the function
+//! reports the loss, not success.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -6,6 +7,7 @@ use std::time::Duration;
 use syncguard::{LockBackend, LockError, LostReason, MemoryBackend, locked};
 
 static FINISHED: AtomicBool = AtomicBool::new(false);
+static NOTIFIED_FINISHED: AtomicBool = AtomicBool::new(false);
 
 #[locked(key = "stolen", backend = backend, ttl = "600ms", guard = g)]
 async fn cancelled(backend: &MemoryBackend) -> Result<(), LockError> {
@@ -21,6 +23,7 @@ async fn notified(backend: &MemoryBackend) -> Result<&'static str, LockError> {
     assert!(backend.release(g.lock_id()).await?.is_released());
     let reason = g.lost().await;
     assert_eq!(reason, LostReason::NotHeld);
+    NOTIFIED_FINISHED.store(true, Ordering::SeqCst);
     Ok("finished after the loss")
 }
 
@@ -42,11 +45,19 @@ async fn a_lost_lock_cancels_the_body() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn notify_lets_the_body_finish() {
+async fn notify_lets_the_body_finish_and_reports_the_loss() {
     let backend = MemoryBackend::new();
-    let done = tokio::time::timeout(Duration::from_secs(10), notified(&backend))
+    let result = tokio::time::timeout(Duration::from_secs(10), notified(&backend))
         .await
-        .unwrap()
         .unwrap();
-    assert_eq!(done, "finished after the loss");
+    assert!(NOTIFIED_FINISHED.load(Ordering::SeqCst), "the body ran on");
+    assert!(
+        matches!(
+            result,
+            Err(LockError::LockLost {
+                reason: LostReason::NotHeld
+            })
+        ),
+        "{result:?}"
+    );
 }

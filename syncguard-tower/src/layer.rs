@@ -382,7 +382,10 @@ impl<K, M> LockLayer<K, M> {
     /// What a lost lock does to the request: [`OnLost::Cancel`] (default) drops the handler
     /// and answers 503 / `UNAVAILABLE` (or, while a [`ReleaseOn::BodyEnd`] body streams, ends
     /// it with an error); [`OnLost::Notify`] lets it run on, and the handler can watch
-    /// [`HeldLock::is_lost`](crate::HeldLock::is_lost).
+    /// [`HeldLock::is_lost`](crate::HeldLock::is_lost). Either way, a handler that finishes
+    /// when its lock is lost (also when its lease ran out while its thread was blocked) does
+    /// not get its response through: the layer answers 503 / `UNAVAILABLE`, as the response
+    /// was not made under the lock throughout.
     ///
     /// ```
     /// # use syncguard_tower::{LockLayer, key};

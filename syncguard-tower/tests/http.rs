@@ -442,7 +442,7 @@ async fn a_lost_lock_cancels_the_handler_with_503() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lost_lock_only_notifies_when_asked() {
+async fn a_lost_lock_only_notifies_when_asked_and_still_fails_the_request() {
     let finished = Arc::new(AtomicBool::new(false));
     let server = serve(stolen_app(
         MemoryBackend::new(),
@@ -451,11 +451,51 @@ async fn a_lost_lock_only_notifies_when_asked() {
     ))
     .await;
     let answer = server.post("/jobs", Some("stolen")).await;
+    assert!(finished.load(Ordering::SeqCst), "the handler ran on");
+    // Its answer is not passed off as made under the lock.
     assert_eq!(
-        (answer.status, answer.body.as_str()),
-        (StatusCode::OK, "lost: true")
+        answer.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        answer.body
     );
-    assert!(finished.load(Ordering::SeqCst));
+    assert!(answer.body.contains("lost"), "{}", answer.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_that_blocked_past_its_lease_does_not_answer_success() {
+    let backend = MemoryBackend::new();
+    let thief = backend.clone();
+    let app = Router::new()
+        .route(
+            "/jobs",
+            // Blocks its thread: the heartbeat, run from this request's task, cannot run.
+            post(|| async {
+                std::thread::sleep(Duration::from_millis(1800));
+                "done"
+            }),
+        )
+        .layer(
+            LockLayer::for_axum(backend, key::header("idempotency-key"))
+                .with_ttl(Duration::from_millis(300)),
+        );
+    let server = serve(app).await;
+    let answer = server.post("/jobs", Some("blocked")).await;
+    assert_eq!(
+        answer.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        answer.body
+    );
+    assert!(answer.body.contains("lost"), "{}", answer.body);
+    // Rightly so: another client could take the lock while the handler was blocked.
+    let lease = thief
+        .acquire("blocked", Duration::from_secs(5))
+        .await
+        .unwrap()
+        .lease()
+        .expect("the lapsed lock is free");
+    assert!(thief.release(&lease.lock_id).await.unwrap().is_released());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

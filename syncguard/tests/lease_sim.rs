@@ -1230,8 +1230,10 @@ impl Client {
                     Ok(())
                 };
                 let watch = async {
+                    let mut wakes = 0;
                     while !world.stopped() {
-                        sleep(ms(watch_rng.random_range(1..=check_every_ms))).await;
+                        sleep(check_wait(&mut watch_rng, check_every_ms, wakes)).await;
+                        wakes += 1;
                         world.check(&who, guard, "watcher");
                     }
                     std::future::pending::<()>().await;
@@ -1260,15 +1262,24 @@ impl Client {
     }
 }
 
+/// A random wait between two checks. The waits grow as a schedule goes on, so that a
+/// schedule spanning hours of virtual time wakes its checkers a few thousand times, not
+/// millions (each wake costs real time).
+fn check_wait(rng: &mut StdRng, every_ms: u64, wakes: u32) -> Duration {
+    let every_ms = every_ms.saturating_mul(1 << (wakes / 100).min(20));
+    if rng.random_bool(0.1) {
+        Duration::from_micros(rng.random_range(1..=999))
+    } else {
+        ms(rng.random_range(1..=every_ms))
+    }
+}
+
 /// Wakes at random times and checks every guard from `acquire`.
 async fn checker(world: Arc<World>, mut rng: StdRng, every_ms: u64) {
+    let mut wakes = 0;
     while !world.stopped() {
-        let wait = if rng.random_bool(0.1) {
-            Duration::from_micros(rng.random_range(1..=999))
-        } else {
-            ms(rng.random_range(1..=every_ms))
-        };
-        sleep(wait).await;
+        sleep(check_wait(&mut rng, every_ms, wakes)).await;
+        wakes += 1;
         world.check_all();
     }
 }
@@ -1472,7 +1483,16 @@ fn a_guard_reports_its_lock_held_only_while_the_server_holds_it() {
                 scope.spawn(move || {
                     PANICS.with(|panics| *panics.borrow_mut() = Some(Vec::new()));
                     while let Some(&seed) = seeds.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        let t0 = std::time::Instant::now();
                         let report = run_schedule(seed, worker, running);
+                        let took = t0.elapsed();
+                        if took > std::time::Duration::from_millis(300) {
+                            eprintln!(
+                                "SLOW seed {seed}: {took:?}, {} calls, log end: {:?}",
+                                report.calls,
+                                report.log.last()
+                            );
+                        }
                         for (total, count) in
                             totals
                                 .iter()
