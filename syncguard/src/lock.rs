@@ -24,7 +24,8 @@ pub enum OnLost {
     /// on after losing its lock may collide with the next owner.
     #[default]
     Cancel,
-    /// Let the work run on; it can watch [`LockGuard::lost`] itself.
+    /// Let the work run on; it can watch [`LockGuard::lost`] itself. Its result is still
+    /// replaced by [`LockError::LockLost`]: it was not made under the lock throughout.
     Notify,
 }
 
@@ -523,7 +524,7 @@ const FINAL_RELEASE_WAIT: Duration = Duration::from_secs(1);
 /// Releases `guard` at the end of the work, logging (not returning) failures. A lost lock
 /// is not waited for: one the backend disowned needs no release, any other is released in
 /// the background by the guard's drop. Otherwise the release is waited for up to
-/// [`FINAL_RELEASE_WAIT`], then goes on in the background.
+/// a second, then goes on in the background.
 pub async fn release_logged(guard: LockGuard) {
     if guard.is_lost() {
         return;
