@@ -33,7 +33,11 @@ pub(super) async fn keep(shared: Arc<Shared>, backend: Arc<dyn LockBackend>, hea
                 match shared.extend(backend.as_ref(), ttl, reaches_cap).await {
                     Extension::Extended => {
                         shared.report_heartbeat(true);
-                        not_before = None;
+                        // However short the lease the answer leaves (a reported expiry earlier
+                        // than the ttl, a slow answer), the next extend waits a third of it:
+                        // extends never go back to back.
+                        let pause = shared.belief().surely(ttl) / 3;
+                        not_before = Some(later(Instant::now(), pause));
                     }
                     Extension::Lost => {
                         shared.report_heartbeat(false);

@@ -7,10 +7,13 @@
 //! or a timeout after it was sent) can still land later, at any time after it was sent, and
 //! set the expiry to *then + its ttl*. Hence:
 //!
-//! - after a success sent at `s` with ttl `t`, the expiry is at least `s + min(t, u)`, where
-//!   `u` is the shortest ttl of any unsettled extend so far;
-//! - after an unsettled extend sent at `s` with ttl `t`, the expiry is at least the smaller of
-//!   what it was and `s + t` (it may have been applied at once).
+//! - from the moment an extend is sent at `s` with ttl `t`, the expiry is at least the
+//!   smaller of what it was and `s + t` (it may be applied at once);
+//! - after it succeeded, the expiry is at least `s + min(t, u)`, where `u` is the shortest ttl
+//!   of any unsettled extend so far (one that failed, timed out, or was abandoned in flight).
+//!
+//! Backends count whole milliseconds (a ttl's sub-millisecond part is dropped), and so does
+//! the guard.
 //!
 //! The deadline is never later than those bounds, nor than the backend's reported expiry
 //! translated to the local clock. Every sum saturates: no duration a user passes can
@@ -109,12 +112,21 @@ impl Belief {
             .map_or(ttl, |unsettled| unsettled.min(ttl))
     }
 
-    /// An extend sent at `sent_at` for `ttl` failed in a way that leaves open whether the
-    /// backend applied it (or will).
-    pub(super) fn unsettled(&mut self, sent_at: Instant, ttl: Duration) {
+    /// An extend for `ttl` is sent now, at `sent_at`: the backend may apply it at once.
+    pub(super) fn sending(&mut self, sent_at: Instant, ttl: Duration) {
         self.deadline = self.deadline.min(later(sent_at, ttl));
+    }
+
+    /// An extend sent (see [`sending`](Self::sending)) for `ttl` failed, timed out or was
+    /// abandoned: whether the backend applied it, or will, is unknown.
+    pub(super) fn unsettled(&mut self, ttl: Duration) {
         self.unsettled_ttl = Some(self.unsettled_ttl.map_or(ttl, |shortest| shortest.min(ttl)));
     }
+}
+
+/// `duration` in the whole milliseconds a backend counts (it drops the rest).
+pub(super) fn whole_millis(duration: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// `at + by`, saturating about a century ahead instead of overflowing.
@@ -182,11 +194,14 @@ mod tests {
     fn an_unsettled_short_extend_caps_this_and_every_later_deadline() {
         let (mut belief, clock, sent) = granted_now();
         // A manual extend for 200 ms whose reply was lost: it may have been applied.
-        belief.unsettled(sent, Duration::from_millis(200));
+        belief.sending(sent, Duration::from_millis(200));
+        assert!(belief.deadline <= sent + Duration::from_millis(200));
+        belief.unsettled(Duration::from_millis(200));
         assert!(belief.deadline <= sent + Duration::from_millis(200));
         // A later heartbeat extend for the full ttl succeeds, but the short one may still
         // land after it.
         let later_send = Instant::now();
+        belief.sending(later_send, TTL);
         belief.extended(clock, later_send, TTL, now_ms() + 10_000);
         assert!(belief.deadline <= later_send + Duration::from_millis(200));
     }
@@ -195,9 +210,29 @@ mod tests {
     fn an_unsettled_long_extend_changes_nothing() {
         let (mut belief, _, sent) = granted_now();
         let before = belief.deadline;
-        belief.unsettled(Instant::now(), TTL * 2);
+        belief.sending(Instant::now(), TTL * 2);
+        belief.unsettled(TTL * 2);
         assert_eq!(belief.deadline, before);
         assert!(belief.deadline <= sent + TTL);
+    }
+
+    #[test]
+    fn an_extend_in_flight_caps_the_deadline_until_it_is_answered() {
+        let (mut belief, clock, sent) = granted_now();
+        let short = Duration::from_millis(5);
+        belief.sending(sent, short);
+        assert!(belief.deadline <= sent + short, "it may be applied at once");
+        // Answered: the backend applied it, and nothing else can land after it.
+        belief.extended(clock, sent, TTL, now_ms() + 10_000);
+        assert!(belief.deadline > sent + short);
+    }
+
+    #[test]
+    fn sub_millisecond_parts_are_dropped() {
+        assert_eq!(
+            whole_millis(Duration::from_micros(17_316)),
+            Duration::from_millis(17)
+        );
     }
 
     #[test]
@@ -208,7 +243,9 @@ mod tests {
         assert!(later(now, Duration::MAX) > now);
         let mut belief = Belief::granted(now, Duration::MAX, u64::MAX);
         belief.extended(clock, now, Duration::MAX, u64::MAX);
-        belief.unsettled(now, Duration::MAX);
+        belief.sending(now, Duration::MAX);
+        belief.unsettled(Duration::MAX);
         assert!(belief.deadline > now);
+        assert_eq!(whole_millis(Duration::MAX), Duration::from_millis(u64::MAX));
     }
 }

@@ -9,7 +9,7 @@ use tokio::sync::Notify;
 use tokio::time::{Instant, timeout_at};
 use tokio_util::sync::CancellationToken;
 
-use super::lease::{Belief, LeaseClock, later};
+use super::lease::{Belief, LeaseClock, later, whole_millis};
 use crate::backend::{ExtendOutcome, LockBackend};
 use crate::key::hash_key;
 use crate::key_text::KeyText;
@@ -48,6 +48,38 @@ pub(super) enum Extension {
     Failed(LockError),
 }
 
+/// An extend on its way: the deadline allows for it being applied at once, and unless it is
+/// answered (`settled`), dropping this records it as unsettled, whether it failed, timed out
+/// or its future was dropped in flight.
+struct InFlight<'a> {
+    shared: &'a Shared,
+    sent_at: Instant,
+    ttl: Duration,
+    settled: bool,
+}
+
+impl<'a> InFlight<'a> {
+    fn send(shared: &'a Shared, ttl: Duration) -> Self {
+        let sent_at = Instant::now();
+        shared.belief_mut().sending(sent_at, ttl);
+        shared.changed.notify_waiters();
+        Self {
+            shared,
+            sent_at,
+            ttl,
+            settled: false,
+        }
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.shared.belief_mut().unsettled(self.ttl);
+        }
+    }
+}
+
 /// A fresh lease, as the guard starts with it.
 pub(crate) struct Start {
     pub(crate) key: KeyText,
@@ -74,6 +106,7 @@ impl Shared {
             sent_wall_ms,
             observer,
         } = start;
+        let ttl = whole_millis(ttl);
         let hold_until = max_hold.map(|max| later(sent_at, max));
         let mut belief = Belief::granted(sent_at, ttl, expires_at_ms);
         belief.reaches_cap = hold_until.is_some_and(|cap| belief.deadline >= cap);
@@ -218,30 +251,30 @@ impl Shared {
         ttl: Duration,
         reaches_cap: bool,
     ) -> Extension {
+        let ttl = whole_millis(ttl);
         let _one_at_a_time = self.extending.lock().await;
         if self.loss().is_some() {
             return Extension::Lost;
         }
         let deadline = self.belief().deadline;
-        let sent_at = Instant::now();
+        let mut in_flight = InFlight::send(self, ttl);
         let reply = timeout_at(deadline, backend.extend(&self.lock_id, ttl)).await;
         let extension = match reply {
             Ok(Ok(ExtendOutcome::Extended { expires_at_ms })) => {
+                in_flight.settled = true;
                 let mut belief = self.belief_mut();
-                belief.extended(self.clock, sent_at, ttl, expires_at_ms);
+                belief.extended(self.clock, in_flight.sent_at, ttl, expires_at_ms);
                 belief.reaches_cap |= reaches_cap;
                 Extension::Extended
             }
             Ok(Ok(ExtendOutcome::NotHeld(_))) => {
+                in_flight.settled = true;
                 self.mark_lost(LostReason::NotHeld);
                 Extension::Lost
             }
-            Ok(Err(error)) => {
-                self.belief_mut().unsettled(sent_at, ttl);
-                Extension::Failed(error)
-            }
+            Ok(Err(error)) => Extension::Failed(error),
             Err(_deadline_passed) => {
-                self.belief_mut().unsettled(sent_at, ttl);
+                drop(in_flight);
                 if self.loss().is_none() {
                     self.mark_lost(LostReason::LeaseExpired);
                 }
