@@ -32,12 +32,17 @@ pub const MAX_KEY_LENGTH_BYTES: usize = 512;
 /// Borrows when the key is already in NFC, which is the common case.
 ///
 /// # Errors
-/// [`LockError::InvalidArgument`] for an empty or oversized key.
+/// [`LockError::InvalidArgument`] for an empty or oversized key, or one containing NUL
+/// (U+0000): PostgreSQL cannot store it, and one rule holds for every backend.
 #[inline]
 pub fn normalize_key(key: &str) -> Result<Cow<'_, str>, LockError> {
     // The common case, inlined where keys are taken: ASCII is always in NFC, and telling it is
     // much cheaper than the quick check.
-    if key.is_ascii() && !key.is_empty() && key.len() <= MAX_KEY_LENGTH_BYTES {
+    if key.is_ascii()
+        && !key.is_empty()
+        && key.len() <= MAX_KEY_LENGTH_BYTES
+        && !key.as_bytes().contains(&0)
+    {
         return Ok(Cow::Borrowed(key));
     }
     normalize_other(key)
@@ -48,6 +53,11 @@ fn normalize_other(key: &str) -> Result<Cow<'_, str>, LockError> {
     let normalized = nfc(key);
     if normalized.is_empty() {
         return Err(LockError::invalid_argument("lock key must not be empty"));
+    }
+    if normalized.contains('\0') {
+        return Err(LockError::invalid_argument(
+            "lock key must not contain a NUL character (U+0000): PostgreSQL cannot store it, so no backend accepts it",
+        ));
     }
     if normalized.len() > MAX_KEY_LENGTH_BYTES {
         return Err(LockError::invalid_argument(format!(
@@ -192,6 +202,14 @@ mod tests {
         let over = "k".repeat(MAX_KEY_LENGTH_BYTES + 1);
         let err = normalize_key(&over).unwrap_err();
         assert!(err.to_string().contains("513 bytes"), "{err}");
+    }
+
+    #[test]
+    fn keys_with_nul_are_rejected_on_every_path() {
+        for key in ["\0", "job:\0", "ключ\0", "\0e\u{301}"] {
+            let err = normalize_key(key).unwrap_err();
+            assert!(err.to_string().contains("NUL"), "{key:?}: {err}");
+        }
     }
 
     #[test]

@@ -67,6 +67,8 @@ struct State {
     key_hasher: RandomState,
     /// Acquisitions since the last sweep of expired locks.
     since_sweep: usize,
+    /// Locks the last sweep left stored (live then).
+    kept_by_sweep: usize,
 }
 
 /// How many fence counters (slots of `keys`) are kept beyond those of held keys; see
@@ -400,10 +402,13 @@ impl State {
     }
 
     /// Drops expired locks (never fence counters) once enough acquisitions have happened, so
-    /// that abandoned locks do not pile up. It visits the stored locks only, at most once per
-    /// as many acquisitions: amortized O(1) per acquire.
+    /// that abandoned locks do not pile up: stored locks stay below twice the live ones plus
+    /// 1,024. It visits the stored locks only, which are at most the locks the last sweep
+    /// kept plus the acquisitions since, so a sweep after as many acquisitions as it kept
+    /// locks is amortized O(1) per acquire. (Counting every stored lock instead would let
+    /// abandoned locks postpone their own sweep forever.)
     fn sweep_if_due(&mut self, now: u64) {
-        if self.since_sweep >= self.ids.len().max(1024) {
+        if self.since_sweep >= self.kept_by_sweep.max(1024) {
             self.sweep(now);
         }
     }
@@ -424,6 +429,7 @@ impl State {
                 None => false,
             }
         });
+        self.kept_by_sweep = self.ids.len();
     }
 }
 
@@ -634,6 +640,34 @@ mod tests {
             assert_eq!(next.fence.get(), 2, "held:{i}");
         }
         assert_eq!(state.keys.len(), 2 * KEPT_FENCES);
+    }
+
+    #[test]
+    fn abandoned_locks_are_swept_while_live_locks_stay() {
+        let mut state = State::default();
+        let start = 1_000_000;
+        let live: Vec<_> = (0..10)
+            .map(|i| lease(state.acquire(&format!("live:{i}"), 3_600_000, start)))
+            .collect();
+        // 200,000 locks abandoned by their holders, each expired soon after.
+        let mut most_stored = 0;
+        for i in 0..200_000 {
+            let now = start + i;
+            lease(state.acquire(&format!("abandoned:{i}"), 1, now));
+            most_stored = most_stored.max(state.stored_locks());
+        }
+        assert!(
+            most_stored <= 2 * (10 + 1024) + 1,
+            "{most_stored} locks stored"
+        );
+        for lease in &live {
+            assert!(
+                state
+                    .extend(&lease.lock_id, 60_000, start + 200_000)
+                    .expires_at_ms()
+                    .is_some()
+            );
+        }
     }
 
     #[test]

@@ -342,53 +342,6 @@ async fn rust_and_reference_acquires_exclude_each_other() {
 }
 
 #[tokio::test]
-async fn a_terminated_connection_gives_a_mapped_error_then_recovers() {
-    let app = unique("term");
-    let options = PgConnectOptions::from_str(&url())
-        .unwrap()
-        .application_name(&app);
-    let pool = PgPoolOptions::new()
-        .max_connections(1)
-        .test_before_acquire(false)
-        .connect_with(options)
-        .await
-        .unwrap();
-    setup_schema(&pool, &PostgresConfig::new()).await.unwrap();
-    let backend = PostgresBackend::new(pool, PostgresConfig::new()).unwrap();
-    let key = conformance::unique_key("terminate");
-    assert!(!backend.is_locked(&key).await.unwrap());
-
-    let mut admin = PgConnection::connect(&url()).await.unwrap();
-    let terminated: Vec<bool> = sqlx::query_scalar(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
-    )
-    .bind(&app)
-    .fetch_all(&mut admin)
-    .await
-    .unwrap();
-    assert_eq!(terminated, [true]);
-
-    let error = backend
-        .acquire(&key, Duration::from_secs(30))
-        .await
-        .unwrap_err();
-    assert_eq!(error.code(), ErrorCode::ServiceUnavailable, "{error}");
-    assert!(
-        std::error::Error::source(&error).is_some(),
-        "sqlx error kept"
-    );
-    assert!(error.is_retryable());
-
-    let lease = backend
-        .acquire(&key, Duration::from_secs(30))
-        .await
-        .expect("the pool reconnects")
-        .lease()
-        .unwrap();
-    assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
-}
-
-#[tokio::test]
 async fn errors_are_mapped_from_real_failures() {
     // Nothing listens on a freshly freed port: connection refused.
     let port = std::net::TcpListener::bind("127.0.0.1:0")

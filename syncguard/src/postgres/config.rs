@@ -1,5 +1,7 @@
 //! Configuration of the PostgreSQL backend, and the schema it needs.
 
+use std::time::Duration;
+
 use crate::LockError;
 
 /// Table names and behaviour of a [`PostgresBackend`](super::PostgresBackend).
@@ -17,6 +19,14 @@ use crate::LockError;
 /// | [`fence_table`](Self::with_fence_table) | `syncguard_fence_counters` |
 /// | [`schema`](Self::with_schema) | none: the connection's `search_path` decides |
 /// | [`cleanup_in_is_locked`](Self::with_cleanup_in_is_locked) | `false` |
+/// | [`connect_timeout`](Self::with_connect_timeout) | 2 s |
+/// | [`acquire_timeout`](Self::with_acquire_timeout) | 2 s |
+/// | [`operation_timeout`](Self::with_operation_timeout) | 1 s |
+///
+/// The timeouts fail fast, as the Redis backend's 1 s does: a lock service that takes half a
+/// minute to say the database is down holds up every caller. Each must be at least 1 ms;
+/// an operation returns within `acquire_timeout + operation_timeout`, or, when it is retried
+/// once after its connection was found dead, `connect_timeout + operation_timeout` more.
 ///
 /// ```
 /// use syncguard::postgres::PostgresConfig;
@@ -34,6 +44,9 @@ pub struct PostgresConfig {
     fence_table: String,
     schema: Option<String>,
     cleanup_in_is_locked: bool,
+    connect_timeout: Duration,
+    acquire_timeout: Duration,
+    operation_timeout: Duration,
 }
 
 impl Default for PostgresConfig {
@@ -55,6 +68,9 @@ impl PostgresConfig {
             fence_table: "syncguard_fence_counters".to_owned(),
             schema: None,
             cleanup_in_is_locked: false,
+            connect_timeout: Duration::from_secs(2),
+            acquire_timeout: Duration::from_secs(2),
+            operation_timeout: Duration::from_secs(1),
         }
     }
 
@@ -88,6 +104,49 @@ impl PostgresConfig {
         self
     }
 
+    /// How long opening a connection may take (TCP, TLS and authentication): the initial
+    /// connection of [`PostgresBackend::connect`](super::PostgresBackend::connect), and the
+    /// fresh connection an operation is retried on. A refused connection (no server on that
+    /// port) is reported at once as [`LockError::ServiceUnavailable`], not after this.
+    #[must_use]
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long an operation may wait for a pooled connection, opening one included; past
+    /// it, [`LockError::NetworkTimeout`] (or [`LockError::RateLimited`] when every pooled
+    /// connection stayed busy).
+    #[must_use]
+    pub fn with_acquire_timeout(mut self, timeout: Duration) -> Self {
+        self.acquire_timeout = timeout;
+        self
+    }
+
+    /// How long one statement may take once it has a connection; past it,
+    /// [`LockError::NetworkTimeout`], and the connection is closed rather than reused (its
+    /// state is unknown).
+    #[must_use]
+    pub fn with_operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = timeout;
+        self
+    }
+
+    /// How long opening a connection may take.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// How long an operation may wait for a pooled connection.
+    pub fn acquire_timeout(&self) -> Duration {
+        self.acquire_timeout
+    }
+
+    /// How long one statement may take.
+    pub fn operation_timeout(&self) -> Duration {
+        self.operation_timeout
+    }
+
     /// The lock table name.
     pub fn lock_table(&self) -> &str {
         &self.lock_table
@@ -108,11 +167,23 @@ impl PostgresConfig {
         self.cleanup_in_is_locked
     }
 
-    /// Checks the names.
+    /// Checks the names and the timeouts.
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] saying which name is wrong and what is accepted.
+    /// [`LockError::InvalidArgument`] saying which name or timeout is wrong and what is
+    /// accepted.
     pub fn validate(&self) -> Result<(), LockError> {
+        for (what, timeout) in [
+            ("connect_timeout", self.connect_timeout),
+            ("acquire_timeout", self.acquire_timeout),
+            ("operation_timeout", self.operation_timeout),
+        ] {
+            if timeout < Duration::from_millis(1) {
+                return Err(LockError::invalid_argument(format!(
+                    "PostgreSQL {what} must be at least 1ms, got {timeout:?}"
+                )));
+            }
+        }
         check_identifier("lock table", &self.lock_table, MAX_LOCK_TABLE_LEN)?;
         check_identifier("fence table", &self.fence_table, MAX_IDENTIFIER_LEN)?;
         if let Some(schema) = &self.schema {
@@ -255,6 +326,24 @@ mod tests {
                 .validate()
                 .is_err()
         );
+    }
+
+    #[test]
+    fn timeouts_must_be_positive_and_any_length_is_accepted() {
+        let zero = Duration::ZERO;
+        for config in [
+            PostgresConfig::new().with_connect_timeout(zero),
+            PostgresConfig::new().with_acquire_timeout(zero),
+            PostgresConfig::new().with_operation_timeout(Duration::from_micros(999)),
+        ] {
+            let error = config.validate().unwrap_err();
+            assert!(error.to_string().contains("timeout"), "{error}");
+        }
+        let patient = PostgresConfig::new()
+            .with_connect_timeout(Duration::MAX)
+            .with_acquire_timeout(Duration::MAX)
+            .with_operation_timeout(Duration::MAX);
+        assert!(patient.validate().is_ok());
     }
 
     #[test]

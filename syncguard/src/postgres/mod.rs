@@ -29,22 +29,21 @@
 //! `is_locked` cleans them up. Fence counters are never deleted.
 
 mod config;
-mod connections;
 mod error;
+mod session;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use std::str::FromStr;
 
-use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
-use sqlx::{AssertSqlSafe, PgPool, Postgres, Row, SqlStr};
+use sqlx::{AssertSqlSafe, PgPool, Row, SqlStr};
 
 use config::Names;
 pub use config::PostgresConfig;
-use connections::Connections;
 use error::map_error;
+use session::{Attempt, Session, boxed};
 
 use crate::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, Lease, LockBackend, LockInfo, Lookup,
@@ -76,15 +75,18 @@ macro_rules! now_ms {
 /// Locks in PostgreSQL tables shared with the SyncGuard reference design.
 ///
 /// Cheap to clone (the pool and prepared statement texts are shared). Build it with
-/// [`PostgresBackend::new`] after [`setup_schema`] (or the `schema.sql` migration).
+/// [`PostgresBackend::connect`], or [`PostgresBackend::new`] on a pool of your own (built
+/// with [`pool_options`](Self::pool_options), so that checkouts cost no ping), after
+/// [`setup_schema`] (or the `schema.sql` migration).
 ///
-/// While lock traffic flows, the backend keeps the connections it used checked out of the
-/// pool (up to the pool's size) and reuses them directly: sqlx pings every connection it takes
-/// back, which would add a round trip to every operation. Connections idle for 5 s go back
-/// to the pool. If the pool is shared with other queries, size it for both.
+/// Every operation takes a connection from the pool for one statement and gives it back:
+/// callers share the pool in the order they asked. Operations fail fast, within the
+/// [timeouts](PostgresConfig) of the configuration; a connection found dead (a server
+/// restart, a terminated backend) costs no failed operation, as the statement is retried once
+/// on a fresh connection.
 #[derive(Clone)]
 pub struct PostgresBackend {
-    connections: Arc<Connections>,
+    session: Arc<Session>,
     inner: Arc<Inner>,
 }
 
@@ -182,19 +184,19 @@ impl PostgresBackend {
     /// A backend on `pool` with `config`. The schema must exist (see [`setup_schema`]).
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] for invalid table or schema names.
+    /// [`LockError::InvalidArgument`] for invalid table or schema names, or timeouts.
     pub fn new(pool: PgPool, config: PostgresConfig) -> Result<Self, LockError> {
+        let inner = Inner::new(config)?;
         Ok(Self {
-            inner: Arc::new(Inner::new(config)?),
-            connections: Connections::new(pool),
+            session: Arc::new(Session::new(pool, &inner.config)),
+            inner: Arc::new(inner),
         })
     }
 
     /// Pool options suited to lock traffic: sqlx's defaults, except that connections are not
     /// pinged on every checkout (`test_before_acquire(false)`), which would add a round trip
-    /// to every operation. A broken connection then fails one operation with a mapped,
-    /// retryable error ([`LockError::ServiceUnavailable`]) and is replaced. Use them for your
-    /// own pool too.
+    /// to every operation; a dead connection is found by the statement instead, and the
+    /// statement retried once on a fresh connection. Use them for your own pool too.
     pub fn pool_options() -> PgPoolOptions {
         PgPoolOptions::new().test_before_acquire(false)
     }
@@ -212,22 +214,30 @@ impl PostgresBackend {
     /// ```
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] for a bad configuration or URL; mapped connection errors.
+    /// [`LockError::InvalidArgument`] for a bad configuration or URL;
+    /// [`LockError::ServiceUnavailable`] at once when nothing listens at the URL's address;
+    /// [`LockError::NetworkTimeout`] when connecting takes longer than the connect timeout;
+    /// other mapped connection errors (for example [`LockError::AuthFailed`]).
     pub async fn connect(url: &str, config: PostgresConfig) -> Result<Self, LockError> {
         config.validate()?;
         let options = PgConnectOptions::from_str(url).map_err(|e| {
             LockError::invalid_argument("invalid PostgreSQL connection URL").with_source(e)
         })?;
         let pool = Self::pool_options()
-            .connect_with(options)
-            .await
-            .map_err(|e| map_error(e, None))?;
-        Self::new(pool, config)
+            .acquire_timeout(config.acquire_timeout())
+            .connect_lazy_with(options);
+        let backend = Self::new(pool, config)?;
+        // Connect now, so that a wrong URL or a server that is down fails here.
+        backend
+            .session
+            .run(|conn, _| boxed(sqlx::query("SELECT 1").execute(conn)))
+            .await?;
+        Ok(backend)
     }
 
     /// The pool the backend runs on.
     pub fn pool(&self) -> &PgPool {
-        self.connections.pool()
+        self.session.pool()
     }
 
     /// The configuration.
@@ -242,39 +252,18 @@ impl PostgresBackend {
     /// # Errors
     /// Mapped database errors.
     pub async fn sweep_expired(&self) -> Result<u64, LockError> {
-        let mut conn = self.connection().await?;
-        let result = sqlx::query(self.inner.sweep.clone())
-            .bind(guarded_tolerance_ms())
-            .execute(&mut *conn)
-            .await;
-        let result = self.finish(conn, result)?;
+        let sql = &self.inner.sweep;
+        let result = self
+            .session
+            .run(|conn, _| {
+                boxed(
+                    sqlx::query(sql.clone())
+                        .bind(guarded_tolerance_ms())
+                        .execute(conn),
+                )
+            })
+            .await?;
         Ok(result.rows_affected())
-    }
-
-    async fn connection(&self) -> Result<PoolConnection<Postgres>, LockError> {
-        self.connections.get().await.map_err(|e| self.map(e))
-    }
-
-    /// Keeps the connection for the next operation if its query succeeded.
-    fn finish<T>(
-        &self,
-        conn: PoolConnection<Postgres>,
-        result: Result<T, sqlx::Error>,
-    ) -> Result<T, LockError> {
-        match result {
-            Ok(value) => {
-                self.connections.put(conn);
-                Ok(value)
-            }
-            Err(error) => {
-                drop(conn); // back through the pool, which checks it
-                Err(self.map(error))
-            }
-        }
-    }
-
-    fn map(&self, error: sqlx::Error) -> LockError {
-        map_error(error, Some(self.pool()))
     }
 
     async fn acquire_impl(&self, key: &str, ttl: Duration) -> Result<AcquireOutcome, LockError> {
@@ -283,38 +272,77 @@ impl PostgresBackend {
         let storage_key = make_storage_key("", &key, STORAGE_KEY_LIMIT_BYTES, 0)?;
         let fence_key = make_fence_key("", &storage_key, STORAGE_KEY_LIMIT_BYTES, 0)?;
         let lock_id = LockId::generate();
-        let mut conn = self.connection().await?;
-        let result = sqlx::query(self.inner.acquire.clone())
-            .bind(&storage_key)
-            .bind(key.as_ref())
-            .bind(&fence_key)
-            .bind(lock_id.as_str())
-            .bind(as_bigint(ttl_ms))
-            .bind(as_bigint(TIME_TOLERANCE_MS))
-            .bind(as_bigint(FENCE_MAX))
-            .fetch_one(&mut *conn)
-            .await;
-        let row = self.finish(conn, result)?;
-        if !row.try_get::<bool, _>(0).map_err(decode_error)? {
-            return Ok(AcquireOutcome::Contended);
+        let (acquire, lookup_by_id) = (&self.inner.acquire, &self.inner.lookup_by_id);
+        let outcome = self
+            .session
+            .run(|conn, attempt| {
+                let (key, storage_key, fence_key) =
+                    (key.to_string(), storage_key.clone(), fence_key.clone());
+                let lock_id = lock_id.as_str().to_owned();
+                let (acquire, lookup_by_id) = (acquire.clone(), lookup_by_id.clone());
+                boxed(async move {
+                    let row = sqlx::query(acquire)
+                        .bind(&storage_key)
+                        .bind(&key)
+                        .bind(&fence_key)
+                        .bind(&lock_id)
+                        .bind(as_bigint(ttl_ms))
+                        .bind(as_bigint(TIME_TOLERANCE_MS))
+                        .bind(as_bigint(FENCE_MAX))
+                        .fetch_one(&mut *conn)
+                        .await?;
+                    if attempt == Attempt::Retry && !row.try_get::<bool, _>(0)? {
+                        // The first run may have taken the lock before its connection died:
+                        // then the lock it finds is its own.
+                        let own = sqlx::query(lookup_by_id)
+                            .bind(&lock_id)
+                            .bind(as_bigint(TIME_TOLERANCE_MS))
+                            .fetch_optional(&mut *conn)
+                            .await?;
+                        return Ok(Acquired::from_lookup(own));
+                    }
+                    Ok(Acquired::Row(row))
+                })
+            })
+            .await?;
+        match outcome {
+            Acquired::Row(row) => {
+                if !row.try_get::<bool, _>(0).map_err(decode_error)? {
+                    return Ok(AcquireOutcome::Contended);
+                }
+                let expires_at_ms = millis(&row, 1)?;
+                let fence = Fence::new(millis(&row, 2)?)?;
+                Ok(AcquireOutcome::Acquired(Lease::new(
+                    lock_id,
+                    expires_at_ms,
+                    fence,
+                )))
+            }
+            Acquired::OwnLock(row) => {
+                let fence: String = row.try_get(4).map_err(decode_error)?;
+                Ok(AcquireOutcome::Acquired(Lease::new(
+                    lock_id,
+                    millis(&row, 2)?,
+                    fence.parse()?,
+                )))
+            }
+            Acquired::HeldByAnother => Ok(AcquireOutcome::Contended),
         }
-        let expires_at_ms = millis(&row, 1)?;
-        let fence = Fence::new(millis(&row, 2)?)?;
-        Ok(AcquireOutcome::Acquired(Lease::new(
-            lock_id,
-            expires_at_ms,
-            fence,
-        )))
     }
 
     async fn release_impl(&self, lock_id: &LockId) -> Result<ReleaseOutcome, LockError> {
-        let mut conn = self.connection().await?;
-        let result = sqlx::query(self.inner.release.clone())
-            .bind(lock_id.as_str())
-            .bind(as_bigint(TIME_TOLERANCE_MS))
-            .fetch_one(&mut *conn)
-            .await;
-        let row = self.finish(conn, result)?;
+        let sql = &self.inner.release;
+        let row = self
+            .session
+            .run(|conn, _| {
+                boxed(
+                    sqlx::query(sql.clone())
+                        .bind(lock_id.as_str().to_owned())
+                        .bind(as_bigint(TIME_TOLERANCE_MS))
+                        .fetch_one(conn),
+                )
+            })
+            .await?;
         let released: bool = row.try_get(0).map_err(decode_error)?;
         let found: bool = row.try_get(1).map_err(decode_error)?;
         Ok(if released {
@@ -330,14 +358,19 @@ impl PostgresBackend {
         ttl: Duration,
     ) -> Result<ExtendOutcome, LockError> {
         let ttl_ms = ttl_millis(ttl)?;
-        let mut conn = self.connection().await?;
-        let result = sqlx::query(self.inner.extend.clone())
-            .bind(lock_id.as_str())
-            .bind(as_bigint(ttl_ms))
-            .bind(as_bigint(TIME_TOLERANCE_MS))
-            .fetch_one(&mut *conn)
-            .await;
-        let row = self.finish(conn, result)?;
+        let sql = &self.inner.extend;
+        let row = self
+            .session
+            .run(|conn, _| {
+                boxed(
+                    sqlx::query(sql.clone())
+                        .bind(lock_id.as_str().to_owned())
+                        .bind(as_bigint(ttl_ms))
+                        .bind(as_bigint(TIME_TOLERANCE_MS))
+                        .fetch_one(conn),
+                )
+            })
+            .await?;
         let expires_at_ms: Option<i64> = row.try_get(0).map_err(decode_error)?;
         let found: bool = row.try_get(1).map_err(decode_error)?;
         Ok(match expires_at_ms {
@@ -351,14 +384,19 @@ impl PostgresBackend {
     async fn is_locked_impl(&self, key: &str) -> Result<bool, LockError> {
         let key = normalize_key(key)?;
         let storage_key = make_storage_key("", &key, STORAGE_KEY_LIMIT_BYTES, 0)?;
-        let mut conn = self.connection().await?;
-        let result = sqlx::query(self.inner.is_locked.clone())
-            .bind(&storage_key)
-            .bind(as_bigint(TIME_TOLERANCE_MS))
-            .bind(guarded_tolerance_ms())
-            .fetch_optional(&mut *conn)
-            .await;
-        let row = self.finish(conn, result)?;
+        let sql = &self.inner.is_locked;
+        let row = self
+            .session
+            .run(|conn, _| {
+                boxed(
+                    sqlx::query(sql.clone())
+                        .bind(storage_key.clone())
+                        .bind(as_bigint(TIME_TOLERANCE_MS))
+                        .bind(guarded_tolerance_ms())
+                        .fetch_optional(conn),
+                )
+            })
+            .await?;
         let Some(row) = row else { return Ok(false) };
         let live: bool = row.try_get(0).map_err(decode_error)?;
         let sweepable: bool = row.try_get(1).map_err(decode_error)?;
@@ -370,12 +408,19 @@ impl PostgresBackend {
 
     /// Fire-and-forget deletion of one expired row; failures only cost a later retry.
     fn spawn_cleanup(&self, storage_key: String) {
-        let (pool, sql) = (self.pool().clone(), self.inner.cleanup_key.clone());
+        let backend = self.clone();
         tokio::spawn(async move {
-            let deleted = sqlx::query(sql)
-                .bind(storage_key)
-                .bind(guarded_tolerance_ms())
-                .execute(&pool)
+            let sql = &backend.inner.cleanup_key;
+            let deleted = backend
+                .session
+                .run(|conn, _| {
+                    boxed(
+                        sqlx::query(sql.clone())
+                            .bind(storage_key.clone())
+                            .bind(guarded_tolerance_ms())
+                            .execute(conn),
+                    )
+                })
                 .await;
             if let Err(error) = deleted {
                 tracing::debug!(%error, "syncguard is_locked cleanup failed");
@@ -394,13 +439,17 @@ impl PostgresBackend {
             }
             Lookup::LockId(lock_id) => (&self.inner.lookup_by_id, lock_id.as_str().to_owned()),
         };
-        let mut conn = self.connection().await?;
-        let result = sqlx::query(sql.clone())
-            .bind(value)
-            .bind(as_bigint(TIME_TOLERANCE_MS))
-            .fetch_optional(&mut *conn)
-            .await;
-        let row = self.finish(conn, result)?;
+        let row = self
+            .session
+            .run(|conn, _| {
+                boxed(
+                    sqlx::query(sql.clone())
+                        .bind(value.clone())
+                        .bind(as_bigint(TIME_TOLERANCE_MS))
+                        .fetch_optional(conn),
+                )
+            })
+            .await?;
         let Some(row) = row else { return Ok(None) };
         let stored_id: String = row.try_get(1).map_err(decode_error)?;
         let stored_id = LockId::parse(&stored_id)
@@ -467,6 +516,22 @@ impl std::fmt::Debug for PostgresBackend {
         f.debug_struct("PostgresBackend")
             .field("config", &self.inner.config)
             .finish_non_exhaustive()
+    }
+}
+
+/// What an acquire statement found.
+enum Acquired {
+    /// The acquire function's row: taken, or contended.
+    Row(PgRow),
+    /// A retried acquire found the lock its first run took (a lookup row).
+    OwnLock(PgRow),
+    /// A retried acquire found another holder.
+    HeldByAnother,
+}
+
+impl Acquired {
+    fn from_lookup(row: Option<PgRow>) -> Self {
+        row.map_or(Self::HeldByAnother, Self::OwnLock)
     }
 }
 

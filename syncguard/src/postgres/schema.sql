@@ -54,6 +54,12 @@ BEGIN
   VALUES (p_fence_key, 1, p_user_key)
   ON CONFLICT (fence_key) DO UPDATE SET fence = f.fence + 1
   RETURNING f.fence INTO v_fence;
+  -- A counter damaged by hand (negative, or past the maximum) fails the call: raising an
+  -- exception undoes the whole statement, so nothing is stored.
+  IF v_fence < 1 THEN
+    RAISE EXCEPTION 'syncguard fence counter for this key is %, not positive; repair or delete its row', v_fence
+      USING ERRCODE = 'SGFEN';
+  END IF;
   IF v_fence > p_fence_max THEN
     RAISE EXCEPTION 'syncguard fence % exceeds the maximum %; rotate the key namespace', v_fence, p_fence_max
       USING ERRCODE = 'SGFEN';

@@ -1,0 +1,258 @@
+//! One statement on a pooled connection: within deadlines, never on a connection in doubt,
+//! and retried once when its connection turns out to be dead.
+//!
+//! - Connections come straight from the pool, which hands them out in the order callers
+//!   asked and, built with [`PostgresBackend::pool_options`](super::PostgresBackend::pool_options),
+//!   without a ping: one round trip per operation, and no connection kept aside.
+//! - Waiting for a connection is bounded by the acquire timeout. A server that refuses
+//!   connections (none on that port) is reported at once: sqlx would retry a refused
+//!   connection until the timeout, so a wait that lasts while the pool opens a connection
+//!   probes the server's port itself.
+//! - A statement is bounded by the operation timeout. A connection whose statement did not
+//!   end normally (timeout, I/O error, server shutdown) is closed, never reused.
+//! - A statement whose connection was dead (closed by a server restart, terminated by an
+//!   administrator) is retried once, on a freshly opened connection. Every statement of the
+//!   backend may run twice: extends and reads are idempotent, a second release finds nothing
+//!   to release, and a retried acquire recognizes a lock held by its own lock id.
+
+use std::future::Future;
+use std::io::ErrorKind;
+use std::time::Duration;
+
+use sqlx::pool::PoolConnection;
+use sqlx::{Connection, PgConnection, PgPool, Postgres};
+use tokio::time::{sleep, timeout};
+
+use super::error::map_error;
+use crate::LockError;
+use crate::backend::BoxFuture;
+
+/// How long a wait for a pooled connection lasts before the server's port is probed.
+const PROBE_AFTER: Duration = Duration::from_millis(100);
+
+/// Which run of a statement this is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Attempt {
+    First,
+    /// After the first run's connection was found dead: the first run may have been applied.
+    Retry,
+}
+
+pub(super) struct Session {
+    pool: PgPool,
+    connect_timeout: Duration,
+    acquire_timeout: Duration,
+    operation_timeout: Duration,
+}
+
+/// Why a statement failed.
+enum Failure {
+    /// The connection was dead before the statement could run (or while it ran, if the
+    /// server aborted it): worth one retry on a fresh connection.
+    DeadConnection(sqlx::Error),
+    Other(LockError),
+}
+
+impl Session {
+    pub(super) fn new(pool: PgPool, config: &super::PostgresConfig) -> Self {
+        Self {
+            pool,
+            connect_timeout: config.connect_timeout(),
+            acquire_timeout: config.acquire_timeout(),
+            operation_timeout: config.operation_timeout(),
+        }
+    }
+
+    pub(super) fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Runs `statement` on a pooled connection, and once more on a fresh connection if that
+    /// one was dead.
+    pub(super) async fn run<T, F>(&self, statement: F) -> Result<T, LockError>
+    where
+        F: for<'c> Fn(&'c mut PgConnection, Attempt) -> BoxFuture<'c, Result<T, sqlx::Error>>,
+    {
+        let mut pooled = self.checkout().await?;
+        let dead = match self.execute(&mut pooled, &statement, Attempt::First).await {
+            Ok(value) => return Ok(value),
+            Err(Failure::Other(error)) => return Err(error),
+            Err(Failure::DeadConnection(error)) => error,
+        };
+        drop(pooled); // closed: `execute` marked it
+        tracing::debug!(error = %dead, "syncguard: PostgreSQL connection was dead; retrying once on a fresh one");
+        let mut fresh = self.connect().await?;
+        let result = self.execute(&mut fresh, &statement, Attempt::Retry).await;
+        match result {
+            Ok(value) => {
+                // Closed politely in the background; its answer is not waited for.
+                tokio::spawn(async move { fresh.close().await });
+                Ok(value)
+            }
+            Err(Failure::DeadConnection(error)) => Err(map_error(error, None)),
+            Err(Failure::Other(error)) => Err(error),
+        }
+    }
+
+    /// One run of `statement` on `conn`, within the operation timeout.
+    async fn execute<T, F, C>(
+        &self,
+        conn: &mut C,
+        statement: &F,
+        attempt: Attempt,
+    ) -> Result<T, Failure>
+    where
+        F: for<'c> Fn(&'c mut PgConnection, Attempt) -> BoxFuture<'c, Result<T, sqlx::Error>>,
+        C: Checkout,
+    {
+        let outcome = timeout(
+            self.operation_timeout,
+            statement(conn.connection(), attempt),
+        )
+        .await;
+        match outcome {
+            Ok(Ok(value)) => Ok(value),
+            // A statement-level error (constraint, raised exception): the connection is fine.
+            Ok(Err(error @ sqlx::Error::Database(_))) if !is_dead_connection(&error) => {
+                Err(Failure::Other(map_error(error, Some(&self.pool))))
+            }
+            Ok(Err(error)) => {
+                conn.discard();
+                if is_dead_connection(&error) {
+                    Err(Failure::DeadConnection(error))
+                } else {
+                    Err(Failure::Other(map_error(error, Some(&self.pool))))
+                }
+            }
+            Err(_elapsed) => {
+                // Mid-statement: what the connection will say next is unknown.
+                conn.discard();
+                Err(Failure::Other(LockError::network_timeout(format!(
+                    "PostgreSQL did not answer within the operation timeout ({:?})",
+                    self.operation_timeout
+                ))))
+            }
+        }
+    }
+
+    /// A pooled connection, within the acquire timeout; a refused connection is reported at
+    /// once.
+    async fn checkout(&self) -> Result<PoolConnection<Postgres>, LockError> {
+        let acquire = timeout(self.acquire_timeout, self.pool.acquire());
+        let refused = async {
+            sleep(PROBE_AFTER).await;
+            // Only while the pool is opening a connection: a pool whose connections are all
+            // busy is waited for, not probed.
+            if self.pool.size() < self.pool.options().get_max_connections() {
+                if let Some(error) = self.refusal().await {
+                    return error;
+                }
+            }
+            std::future::pending().await
+        };
+        tokio::select! {
+            acquired = acquire => match acquired {
+                Ok(Ok(conn)) => Ok(conn),
+                Ok(Err(error)) => Err(map_error(error, Some(&self.pool))),
+                Err(_elapsed) => Err(map_error(sqlx::Error::PoolTimedOut, Some(&self.pool))),
+            },
+            error = refused => Err(error),
+        }
+    }
+
+    /// A connection opened now, outside the pool, within the connect timeout.
+    async fn connect(&self) -> Result<PgConnection, LockError> {
+        let options = self.pool.connect_options();
+        match timeout(self.connect_timeout, PgConnection::connect_with(&options)).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(error)) => Err(map_error(error, None)),
+            Err(_elapsed) => Err(LockError::network_timeout(format!(
+                "could not connect to PostgreSQL within the connect timeout ({:?})",
+                self.connect_timeout
+            ))),
+        }
+    }
+
+    /// `Some` error if the server's address refuses connections (nothing listens there).
+    async fn refusal(&self) -> Option<LockError> {
+        let options = self.pool.connect_options();
+        let probe = async {
+            match options.get_socket() {
+                #[cfg(unix)]
+                Some(dir) => {
+                    let path = dir.join(format!(".s.PGSQL.{}", options.get_port()));
+                    tokio::net::UnixStream::connect(&path).await.map(drop)
+                }
+                #[cfg(not(unix))]
+                Some(_) => Ok(()),
+                None => tokio::net::TcpStream::connect((options.get_host(), options.get_port()))
+                    .await
+                    .map(drop),
+            }
+        };
+        match timeout(self.connect_timeout, probe).await {
+            Ok(Err(error)) if refused(&error) => Some(
+                LockError::service_unavailable(format!(
+                    "PostgreSQL at {}:{} refused the connection: is the server running, and is this its port?",
+                    options.get_host(),
+                    options.get_port()
+                ))
+                .with_source(error),
+            ),
+            _ => None,
+        }
+    }
+}
+
+fn refused(error: &std::io::Error) -> bool {
+    matches!(
+        error.kind(),
+        ErrorKind::ConnectionRefused | ErrorKind::NotFound
+    )
+}
+
+/// Whether `error` says the connection was dead: closed under the statement, or the server
+/// shutting down or terminating it (class 57P: the statement was not applied; class 08: the
+/// connection failed).
+fn is_dead_connection(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(io) => io.kind() != ErrorKind::TimedOut,
+        sqlx::Error::Protocol(_) => true,
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|code| code.starts_with("57P") || code.starts_with("08")),
+        _ => false,
+    }
+}
+
+/// A connection a statement runs on: pooled (discarded by closing instead of returning it)
+/// or opened for a retry (dropped anyway).
+trait Checkout {
+    fn connection(&mut self) -> &mut PgConnection;
+    fn discard(&mut self);
+}
+
+impl Checkout for PoolConnection<Postgres> {
+    fn connection(&mut self) -> &mut PgConnection {
+        self
+    }
+
+    fn discard(&mut self) {
+        self.close_on_drop();
+    }
+}
+
+impl Checkout for PgConnection {
+    fn connection(&mut self) -> &mut PgConnection {
+        self
+    }
+
+    fn discard(&mut self) {}
+}
+
+/// `future`, boxed as a statement returns it.
+pub(super) fn boxed<'c, T>(
+    future: impl Future<Output = Result<T, sqlx::Error>> + Send + 'c,
+) -> BoxFuture<'c, Result<T, sqlx::Error>> {
+    Box::pin(future)
+}

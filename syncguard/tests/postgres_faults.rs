@@ -1,0 +1,334 @@
+//! The PostgreSQL backend when things go wrong: a server that refuses connections, a network
+//! partition, connections cut or terminated under the pool, many callers on a small pool,
+//! and a fence counter damaged by hand. Against the real server `bash scripts/test-all.sh`
+//! starts (`SYNCGUARD_TEST_POSTGRES_URL`), through a TCP proxy of the test's own where the
+//! network must fail.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{Connection, PgConnection, PgPool};
+use syncguard::key::{make_fence_key, make_storage_key};
+use syncguard::postgres::{PostgresBackend, PostgresConfig, STORAGE_KEY_LIMIT_BYTES, setup_schema};
+use syncguard::{AcquireOutcome, ErrorCode, FENCE_MAX, LockBackend, LockOptions, Lookup};
+use tokio::time::Instant;
+
+#[path = "support/proxy.rs"]
+mod proxy;
+use proxy::Proxy;
+
+fn url() -> String {
+    std::env::var("SYNCGUARD_TEST_POSTGRES_URL").unwrap_or_else(|_| {
+        panic!(
+            "SYNCGUARD_TEST_POSTGRES_URL is not set: run `bash scripts/test-all.sh`, which installs \
+             PostgreSQL (apt-get install postgresql) and starts it, or point the variable at a \
+             PostgreSQL 15+ database you may create tables in"
+        )
+    })
+}
+
+/// The test server's `host:port`.
+fn server_addr() -> String {
+    let options = PgConnectOptions::from_str(&url()).expect("a PostgreSQL URL");
+    format!("{}:{}", options.get_host(), options.get_port())
+}
+
+/// `url()` dialing `addr` instead.
+fn url_at(addr: impl std::fmt::Display) -> String {
+    url().replace(&server_addr(), &addr.to_string())
+}
+
+async fn backend_on(url: &str, max_connections: u32, config: PostgresConfig) -> PostgresBackend {
+    let pool = PostgresBackend::pool_options()
+        .max_connections(max_connections)
+        .connect(url)
+        .await
+        .expect("connect to the test PostgreSQL");
+    setup_schema(&pool, &config).await.expect("setup_schema");
+    PostgresBackend::new(pool, config).expect("valid config")
+}
+
+fn key(label: &str) -> String {
+    syncguard::conformance::unique_key(label)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_reported_at_once() {
+    let nowhere = url_at(format!("127.0.0.1:{}", free_port()));
+    let started = Instant::now();
+    let error = PostgresBackend::connect(&nowhere, PostgresConfig::new())
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), ErrorCode::ServiceUnavailable, "{error}");
+    assert!(error.to_string().contains("refused"), "{error}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // The same through a pool of the caller's own, with sqlx's default 30 s acquire timeout.
+    let lazy = PostgresBackend::pool_options()
+        .connect_lazy(&nowhere)
+        .unwrap();
+    let backend = PostgresBackend::new(lazy, PostgresConfig::new()).unwrap();
+    let started = Instant::now();
+    let error = backend.is_locked("x").await.unwrap_err();
+    assert_eq!(error.code(), ErrorCode::ServiceUnavailable, "{error}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixty_four_callers_share_a_pool_of_ten_fairly() {
+    let backend = backend_on(&url(), 10, PostgresConfig::new()).await;
+    let prefix = key("fair");
+    let slowest = Arc::new(Mutex::new(Duration::ZERO));
+    let started = Instant::now();
+    let callers: Vec<_> = (0..64)
+        .map(|caller| {
+            let (backend, prefix, slowest) =
+                (backend.clone(), prefix.clone(), Arc::clone(&slowest));
+            tokio::spawn(async move {
+                for round in 0..20 {
+                    let key = format!("{prefix}:{caller}:{round}");
+                    let asked = Instant::now();
+                    let lease = backend
+                        .acquire(&key, Duration::from_secs(30))
+                        .await
+                        .expect("acquire")
+                        .lease()
+                        .expect("a fresh key is free");
+                    let waited = asked.elapsed();
+                    assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+                    let mut slowest = slowest.lock().unwrap();
+                    *slowest = (*slowest).max(waited);
+                }
+            })
+        })
+        .collect();
+    for caller in callers {
+        caller.await.expect("every caller completes");
+    }
+    let slowest = *slowest.lock().unwrap();
+    println!(
+        "64 callers x 20 acquire+release on a pool of 10: {:?} in all, slowest acquire {slowest:?}",
+        started.elapsed()
+    );
+    // Each caller waits for its turn among 64 on 10 connections: a few round trips, not the
+    // half minute callers starved for when connections were kept aside.
+    assert!(slowest < Duration::from_secs(2), "{slowest:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dropped_guards_are_all_released_promptly() {
+    let backend = backend_on(&url(), 10, PostgresConfig::new()).await;
+    let prefix = key("dropped");
+    let mut guards = Vec::new();
+    for i in 0..2_000 {
+        let options = LockOptions::new(format!("{prefix}:{i}"));
+        guards.push(syncguard::acquire(&backend, &options).await.unwrap());
+    }
+    drop(guards); // 2,000 background releases at once
+    let pool: &PgPool = backend.pool();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let held: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM syncguard_locks WHERE user_key LIKE $1 || ':%'",
+        )
+        .bind(&prefix)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        if held == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{held} locks still held");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_partition_fails_every_operation_within_its_timeouts() {
+    let proxy = Proxy::start(&server_addr()).await;
+    let config = PostgresConfig::new()
+        .with_acquire_timeout(Duration::from_millis(500))
+        .with_operation_timeout(Duration::from_millis(500))
+        .with_connect_timeout(Duration::from_millis(500));
+    let backend = backend_on(&url_at(proxy.addr()), 4, config).await;
+    let held = key("partition");
+    let lease = backend
+        .acquire(&held, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .lease()
+        .unwrap();
+
+    proxy.stall();
+    let bound = Duration::from_millis(500 + 500) + Duration::from_secs(2); // margin
+    let other = key("partition-other");
+    let timed = |what: &'static str, started: Instant, code: ErrorCode| {
+        let took = started.elapsed();
+        assert!(took < bound, "{what} took {took:?}");
+        assert!(
+            matches!(code, ErrorCode::NetworkTimeout | ErrorCode::RateLimited),
+            "{what}: {code}"
+        );
+    };
+    let started = Instant::now();
+    let error = backend
+        .acquire(&other, Duration::from_secs(30))
+        .await
+        .unwrap_err();
+    timed("acquire", started, error.code());
+    let started = Instant::now();
+    let error = backend
+        .extend(&lease.lock_id, Duration::from_secs(30))
+        .await
+        .unwrap_err();
+    timed("extend", started, error.code());
+    let started = Instant::now();
+    let error = backend.is_locked(&held).await.unwrap_err();
+    timed("is_locked", started, error.code());
+    let started = Instant::now();
+    let error = backend.lookup(Lookup::Key(&held)).await.unwrap_err();
+    timed("lookup", started, error.code());
+    let started = Instant::now();
+    let error = backend.release(&lease.lock_id).await.unwrap_err();
+    timed("release", started, error.code());
+
+    proxy.resume();
+    // Healed: the next operations succeed (connections in doubt were closed, not reused).
+    assert!(backend.is_locked(&held).await.unwrap());
+    assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn connections_cut_under_the_pool_cost_no_failed_operation() {
+    let proxy = Proxy::start(&server_addr()).await;
+    let backend = backend_on(&url_at(proxy.addr()), 10, PostgresConfig::new()).await;
+    // Fill the pool with idle connections, as a busy service has.
+    let warm: Vec<_> = (0..10)
+        .map(|_| {
+            let backend = backend.clone();
+            tokio::spawn(async move { backend.is_locked("warm").await })
+        })
+        .collect();
+    for task in warm {
+        task.await.unwrap().unwrap();
+    }
+    let before = proxy.connections();
+    proxy.cut(); // every pooled connection is dead now, as after a server restart
+    for i in 0..25 {
+        let key = key(&format!("after-cut-{i}"));
+        let lease = backend
+            .acquire(&key, Duration::from_secs(30))
+            .await
+            .unwrap_or_else(|error| panic!("acquire {i} after the cut: {error}"))
+            .lease()
+            .unwrap();
+        assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+    }
+    assert!(
+        proxy.connections() > before,
+        "fresh connections were opened"
+    );
+}
+
+#[tokio::test]
+async fn a_terminated_connection_costs_no_failed_operation() {
+    let app = format!("sg-term-{}", free_port());
+    let options = PgConnectOptions::from_str(&url())
+        .unwrap()
+        .application_name(&app);
+    let pool = PostgresBackend::pool_options()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .unwrap();
+    setup_schema(&pool, &PostgresConfig::new()).await.unwrap();
+    let backend = PostgresBackend::new(pool, PostgresConfig::new()).unwrap();
+    let key = key("terminate");
+    assert!(!backend.is_locked(&key).await.unwrap());
+
+    let mut admin = PgConnection::connect(&url()).await.unwrap();
+    let terminated: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+    )
+    .bind(&app)
+    .fetch_all(&mut admin)
+    .await
+    .unwrap();
+    assert_eq!(terminated, [true]);
+
+    // Retried once on a fresh connection: the caller never sees the dead one.
+    let lease = backend
+        .acquire(&key, Duration::from_secs(30))
+        .await
+        .expect("acquired on a fresh connection")
+        .lease()
+        .unwrap();
+    assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+    assert!(!backend.is_locked(&key).await.unwrap());
+}
+
+#[tokio::test]
+async fn a_damaged_fence_counter_fails_the_acquire_and_stores_nothing() {
+    let backend = backend_on(&url(), 2, PostgresConfig::new()).await;
+    let pool = backend.pool();
+    // Stored counters whose next fence is negative, zero, or past the maximum.
+    for stored in [-6_i64, -1, i64::try_from(FENCE_MAX).unwrap()] {
+        let key = key("damaged");
+        let storage_key = make_storage_key("", &key, STORAGE_KEY_LIMIT_BYTES, 0).unwrap();
+        let fence_key = make_fence_key("", &storage_key, STORAGE_KEY_LIMIT_BYTES, 0).unwrap();
+        sqlx::query("INSERT INTO syncguard_fence_counters (fence_key, fence, key_debug) VALUES ($1, $2, $3)")
+            .bind(&fence_key)
+            .bind(stored)
+            .bind(&key)
+            .execute(pool)
+            .await
+            .unwrap();
+        let error = backend
+            .acquire(&key, Duration::from_secs(30))
+            .await
+            .unwrap_err();
+        assert_eq!(error.code(), ErrorCode::Internal, "{stored}: {error}");
+        let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM syncguard_locks WHERE key = $1")
+            .bind(&storage_key)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        assert_eq!(rows, 0, "a failed acquire (counter {stored}) stored a lock");
+        assert!(!backend.is_locked(&key).await.unwrap());
+        let counter: i64 =
+            sqlx::query_scalar("SELECT fence FROM syncguard_fence_counters WHERE fence_key = $1")
+                .bind(&fence_key)
+                .fetch_one(pool)
+                .await
+                .unwrap();
+        assert_eq!(counter, stored, "the counter is left as it was");
+    }
+    // A sound key is unaffected.
+    let fine = key("undamaged");
+    assert!(matches!(
+        backend
+            .acquire(&fine, Duration::from_secs(30))
+            .await
+            .unwrap(),
+        AcquireOutcome::Acquired(_)
+    ));
+}
