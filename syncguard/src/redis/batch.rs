@@ -12,9 +12,11 @@
 //! per operation.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use ::redis::Value;
 use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::time::Instant;
 
 use super::error::{error_from_reply, unexpected_reply};
 use super::scripts::{self, LuaScript};
@@ -35,7 +37,13 @@ const MAX_IN_FLIGHT: usize = 4;
 /// Answered in groups, the first callers' next calls are sent while the others are answered.
 const REPLY_GROUP: usize = 16;
 
+/// The first and the longest pause between attempts to release locks nobody holds while the
+/// connection fails.
+const ORPHAN_RETRY_FIRST: Duration = Duration::from_millis(100);
+const ORPHAN_RETRY_MAX: Duration = Duration::from_secs(1);
+
 /// One call, with the keys and arguments the batch script takes for it.
+#[derive(Clone)]
 pub(crate) enum Op {
     Acquire {
         lock_key: String,
@@ -187,53 +195,104 @@ async fn drive(conn: Conn, index_prefix: Arc<str>, mut queue: mpsc::UnboundedRec
     }
 }
 
-/// Sends one batch and answers its callers. A lock taken for a caller that is gone (its future
-/// was dropped while waiting) is released at once instead of staying held for its ttl.
-async fn execute(conn: &Conn, index_prefix: &str, mut calls: Vec<Call>) {
-    loop {
-        let replies = send(conn, index_prefix, &calls).await;
-        let mut orphans = Vec::new();
-        match replies {
-            Ok(replies) => {
-                for (i, (call, reply)) in calls.into_iter().zip(replies).enumerate() {
-                    if i > 0 && i % REPLY_GROUP == 0 {
-                        // Let the callers answered so far run: the calls they make next go out
-                        // as a batch while the rest are still being answered.
-                        tokio::task::yield_now().await;
-                    }
-                    if let Err(Ok(reply)) = call.reply.send(reply) {
-                        if let (
-                            Op::Acquire {
-                                index_key, lock_id, ..
-                            },
-                            Value::BulkString(_),
-                        ) = (call.op, reply.value)
-                        {
-                            orphans.push(Op::Release {
-                                lock_key: None,
-                                index_key,
-                                lock_id,
-                            });
-                        }
-                    }
+/// Sends one batch and answers its callers. A lock nobody holds is released instead of
+/// staying held for its ttl: one taken for a caller that is gone (its future was dropped
+/// while waiting), and one whose acquire failed in a way that leaves open whether Redis
+/// applied it (a timeout, a broken connection), as a request held up in the network can be
+/// applied after its caller gave up.
+async fn execute(conn: &Conn, index_prefix: &Arc<str>, calls: Vec<Call>) {
+    let sent = Instant::now();
+    let mut orphans = Vec::new();
+    match send(conn, index_prefix, &calls).await {
+        Ok(replies) => {
+            for (i, (call, reply)) in calls.into_iter().zip(replies).enumerate() {
+                if i > 0 && i % REPLY_GROUP == 0 {
+                    // Let the callers answered so far run: the calls they make next go out as
+                    // a batch while the rest are still being answered.
+                    tokio::task::yield_now().await;
                 }
-            }
-            Err(failure) => {
-                for call in calls {
-                    let _ = call.reply.send(Err(failure.to_lock_error()));
+                if let Err(Ok(reply)) = call.reply.send(reply)
+                    && matches!(reply.value, Value::BulkString(_))
+                {
+                    orphans.extend(Orphan::of(call.op, sent));
                 }
             }
         }
+        Err(failure) => {
+            for call in calls {
+                let _ = call.reply.send(Err(failure.to_lock_error()));
+                orphans.extend(Orphan::of(call.op, sent));
+            }
+        }
+    }
+    if !orphans.is_empty() {
+        // In a task of its own: it may wait for the connection, and must not hold a batch slot.
+        tokio::spawn(release_orphans(
+            conn.clone(),
+            Arc::clone(index_prefix),
+            orphans,
+        ));
+    }
+}
+
+/// A lock that may be stored with nobody holding it, and until when it can be.
+struct Orphan {
+    release: Op,
+    until: Instant,
+}
+
+impl Orphan {
+    /// The release of `op` if it is an acquire sent at `sent`; it cannot outlive its ttl and
+    /// the tolerance.
+    fn of(op: Op, sent: Instant) -> Option<Self> {
+        let Op::Acquire {
+            index_key,
+            lock_id,
+            ttl_ms,
+            ..
+        } = op
+        else {
+            return None;
+        };
+        Some(Self {
+            release: Op::Release {
+                lock_key: None,
+                index_key,
+                lock_id,
+            },
+            until: sent + Duration::from_millis(ttl_ms.saturating_add(TIME_TOLERANCE_MS)),
+        })
+    }
+}
+
+/// Releases `orphans` (each only if its lock id holds a lock) as soon as the connection
+/// answers, trying again while it fails, until each could no longer be stored anyway.
+async fn release_orphans(conn: Conn, index_prefix: Arc<str>, mut orphans: Vec<Orphan>) {
+    let mut pause = ORPHAN_RETRY_FIRST;
+    loop {
+        let now = Instant::now();
+        orphans.retain(|orphan| orphan.until > now);
         if orphans.is_empty() {
             return;
         }
-        calls = orphans
-            .into_iter()
-            .map(|op| Call {
-                op,
+        let calls: Vec<Call> = orphans
+            .iter()
+            .map(|orphan| Call {
+                op: orphan.release.clone(),
                 reply: oneshot::channel().0,
             })
             .collect();
+        match send(&conn, &index_prefix, &calls).await {
+            Ok(_) => {
+                tracing::debug!(count = calls.len(), "syncguard: released locks nobody held");
+                return;
+            }
+            Err(failure) => {
+                tracing::debug!(error = %failure.to_lock_error(), "syncguard: releasing locks nobody holds failed; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(ORPHAN_RETRY_MAX);
+            }
+        }
     }
 }
 

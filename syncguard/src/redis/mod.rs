@@ -28,6 +28,14 @@
 //! - **Prefixes** are validated ([`validate_prefix`]); a stale index left by a dead lock is
 //!   removed only when it still points at the key being taken.
 //!
+//! An acquire whose answer never came (the response timeout passed, the connection broke)
+//! may still be applied by Redis later: a request held up in the network, or by a paused
+//! server, runs when it arrives. The backend then releases that lock id (only if it holds the
+//! lock) as soon as the connection answers again, trying until the lock's ttl is over. What
+//! remains possible: the key is held by nobody until that release lands (at most its ttl),
+//! and if the held request travels on a connection that was replaced meanwhile, it can land
+//! after the release, and the lock then stays until its ttl.
+//!
 //! Fences survive a restart only if Redis persists them: run Redis with `appendonly yes` (AOF;
 //! `appendfsync everysec` loses at most about a second of writes on a crash, `always` none) or
 //! at least RDB snapshots, and never restore an older snapshot over a newer one. Without

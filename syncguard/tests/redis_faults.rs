@@ -1,0 +1,101 @@
+//! The Redis backend when the network fails: an acquire whose answer never came may be
+//! applied later, and must not leave a lock that nobody holds. Against the real server
+//! `bash scripts/test-all.sh` starts (`SYNCGUARD_TEST_REDIS_URL`), through a TCP proxy of the
+//! test's own that holds the traffic as a partition or a paused server would.
+
+use std::time::Duration;
+
+use syncguard::redis::{ConnectionMode, RedisBackend};
+use syncguard::{ErrorCode, LockBackend, LockId};
+use tokio::time::{Instant, sleep};
+
+#[path = "support/proxy.rs"]
+mod proxy;
+use proxy::Proxy;
+
+fn redis_url() -> String {
+    std::env::var("SYNCGUARD_TEST_REDIS_URL").unwrap_or_else(|_| {
+        panic!(
+            "SYNCGUARD_TEST_REDIS_URL is not set: run `bash scripts/test-all.sh`, which installs \
+             redis-server (apt-get install redis-server) and starts it"
+        )
+    })
+}
+
+/// `host:port` of the test server.
+fn server_addr() -> String {
+    redis_url()
+        .trim_start_matches("redis://")
+        .trim_end_matches('/')
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_that_timed_out_and_was_applied_later_is_released() {
+    for mode in [
+        ConnectionMode::Multiplexed,
+        ConnectionMode::Pool { max_size: 4 },
+    ] {
+        let proxy = Proxy::start(&server_addr()).await;
+        let backend = RedisBackend::builder(&format!("redis://{}", proxy.addr()))
+            .mode(mode)
+            .response_timeout(Duration::from_millis(300))
+            .build()
+            .await
+            .expect("connect through the proxy");
+        let observer = RedisBackend::connect(&redis_url()).await.unwrap();
+        let key = format!("redis-faults:orphan:{}", LockId::generate());
+        // Warm the connection (scripts loaded), so that the acquire is one request.
+        assert!(!backend.is_locked(&key).await.unwrap());
+
+        proxy.stall();
+        let error = backend
+            .acquire(&key, Duration::from_secs(60))
+            .await
+            .unwrap_err();
+        assert_eq!(error.code(), ErrorCode::NetworkTimeout, "{mode:?}: {error}");
+        // Redis gets the held request now, and applies it: the lock is taken, for nobody.
+        proxy.resume();
+
+        // On the multiplexed connection the held request was sent, and Redis applied it when
+        // it came through (the key's fence counter moved). (A pool checks a connection with a
+        // PING before use, which the partition held up: its acquire was never sent.)
+        let fence_key = backend.fence_key(&key).unwrap();
+        let mut raw = redis::Client::open(redis_url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        if mode == ConnectionMode::Multiplexed {
+            loop {
+                let counter: Option<u64> = redis::AsyncCommands::get(&mut raw, &fence_key)
+                    .await
+                    .unwrap();
+                if counter == Some(1) {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "the held acquire never landed");
+                sleep(Duration::from_millis(10)).await;
+            }
+        }
+        // Either way no lock is left that nobody holds: released once the connection answered
+        // again, long before its 60 s ttl.
+        sleep(Duration::from_millis(200)).await;
+        while observer.is_locked(&key).await.unwrap() {
+            assert!(
+                Instant::now() < deadline,
+                "{mode:?}: the orphan lock is still held"
+            );
+            sleep(Duration::from_millis(20)).await;
+        }
+        // The backend works on.
+        let lease = backend
+            .acquire(&key, Duration::from_secs(60))
+            .await
+            .unwrap()
+            .lease()
+            .expect("the key is free");
+        assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+    }
+}
