@@ -4,6 +4,7 @@
 #   SYNCGUARD_TEST_POSTGRES_URL   postgres://postgres@127.0.0.1:<port>/postgres
 #   SYNCGUARD_TEST_REDIS_URL      redis://127.0.0.1:<port>
 #   SYNCGUARD_REDIS_SERVER_BIN    the redis-server binary (for tests that restart their own)
+#   SYNCGUARD_POSTGRES_BIN        PostgreSQL's bin directory (for tests that run their own)
 #   FIRESTORE_EMULATOR_HOST       127.0.0.1:<port> of the Cloud Firestore emulator
 #   SYNCGUARD_TEST_FIRESTORE_PROJECT  base project id; Firestore tests derive one per test
 
@@ -75,6 +76,8 @@ start_postgres() {
     -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300" start >/dev/null
   CLEANUPS+=("${run_as[*]} $bin/pg_ctl -D $dir/data -m immediate stop")
   export SYNCGUARD_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$port/postgres"
+  # For tests that run (and kill, and restart) PostgreSQL servers of their own.
+  export SYNCGUARD_POSTGRES_BIN="$bin"
   log "PostgreSQL $("$bin/postgres" --version | awk '{print $3}') on 127.0.0.1:$port"
 }
 
