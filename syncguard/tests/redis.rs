@@ -9,9 +9,6 @@
 
 use std::error::Error as _;
 use std::future::Future as _;
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -26,6 +23,10 @@ use syncguard::{
 };
 use tokio::time::{Instant, sleep};
 
+#[path = "support/servers.rs"]
+mod servers;
+use servers::{RedisServer, free_port};
+
 const HOW_TO_RUN: &str = "run `bash scripts/test-all.sh`, or `bash scripts/with-services.sh \
     cargo test -p syncguard --features redis,conformance --test redis` (it installs \
     redis-server if missing and starts it)";
@@ -33,11 +34,6 @@ const HOW_TO_RUN: &str = "run `bash scripts/test-all.sh`, or `bash scripts/with-
 fn redis_url() -> String {
     std::env::var("SYNCGUARD_TEST_REDIS_URL")
         .unwrap_or_else(|_| panic!("SYNCGUARD_TEST_REDIS_URL is not set: {HOW_TO_RUN}"))
-}
-
-fn redis_server_bin() -> String {
-    std::env::var("SYNCGUARD_REDIS_SERVER_BIN")
-        .unwrap_or_else(|_| panic!("SYNCGUARD_REDIS_SERVER_BIN is not set: {HOW_TO_RUN}"))
 }
 
 async fn manager_backend() -> RedisBackend {
@@ -622,107 +618,6 @@ async fn unreachable_server_is_service_unavailable() {
     }
 }
 
-// --- a private redis-server with AOF, restarted under the backend ---------------------------
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A redis-server of this test's own, on a free port, persisting with AOF only.
-struct PrivateServer {
-    child: Option<Child>,
-    dir: PathBuf,
-    port: u16,
-}
-
-impl PrivateServer {
-    async fn start() -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "syncguard-redis-aof-{}-{}",
-            std::process::id(),
-            LockId::generate()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut server = Self {
-            child: None,
-            dir,
-            port: free_port(),
-        };
-        server.launch().await;
-        server
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    async fn launch(&mut self) {
-        let child = Command::new(redis_server_bin())
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .arg("--dir")
-            .arg(&self.dir)
-            .args([
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "everysec",
-                "--save",
-                "",
-            ])
-            .args(["--daemonize", "no", "--logfile", "redis.log"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start redis-server: {e}; {HOW_TO_RUN}"));
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(client) = redis::Client::open(self.url()) {
-                if let Ok(mut conn) = client.get_multiplexed_async_connection().await {
-                    let pong: Result<String, _> = redis::cmd("PING").query_async(&mut conn).await;
-                    if pong.is_ok() {
-                        return;
-                    }
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "private redis-server did not start"
-            );
-            sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// A clean SHUTDOWN (the AOF is flushed), then waits for the process to exit.
-    async fn stop(&mut self) {
-        let mut conn = raw(&self.url()).await;
-        let _ = redis::cmd("SHUTDOWN")
-            .query_async::<redis::Value>(&mut conn)
-            .await;
-        if let Some(mut child) = self.child.take() {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while child.try_wait().unwrap().is_none() {
-                assert!(Instant::now() < deadline, "redis-server did not stop");
-                sleep(Duration::from_millis(20)).await;
-            }
-        }
-    }
-}
-
-impl Drop for PrivateServer {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// Retries `acquire` until the server answers again, checking every failure is a mapped,
 /// retryable connection error.
 async fn acquire_when_back(backend: &RedisBackend, key: &str) -> Lease {
@@ -751,7 +646,7 @@ async fn acquire_when_back(backend: &RedisBackend, key: &str) -> Lease {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_gives_mapped_errors_then_recovers_and_fences_persist_with_aof() {
-    let mut server = PrivateServer::start().await;
+    let mut server = RedisServer::start("everysec").await;
     let manager = RedisBackend::builder(&server.url())
         .reconnect_retries(1)
         .build()

@@ -1,0 +1,212 @@
+//! The workload of one fault scenario: two backend instances with eight workers each contend
+//! for one key, recording every hold, while the fault is injected and healed; then the
+//! history is checked and the figures gathered.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::Rng;
+use syncguard::conformance::history::{History, Hold};
+use syncguard::{LockBackend, LockOptions, RetryPolicy};
+use tokio::time::{Instant, sleep, timeout};
+
+use crate::timed::Timed;
+
+/// The ttl of every lock: short, so that faults outlast leases.
+pub(crate) const TTL: Duration = Duration::from_secs(1);
+const WORKERS_PER_INSTANCE: usize = 8;
+/// Traffic before the fault, and after it healed.
+const BEFORE: Duration = Duration::from_millis(1500);
+const AFTER: Duration = Duration::from_secs(3);
+/// How long a healed backend may take to serve a fresh acquire and release.
+const RECOVERY_LIMIT: Duration = Duration::from_secs(10);
+
+/// What one scenario measured.
+pub(crate) struct Figures {
+    pub(crate) name: &'static str,
+    pub(crate) holds: usize,
+    pub(crate) acting: usize,
+    pub(crate) lost: usize,
+    pub(crate) failed_acquires: usize,
+    /// From the injection of the fault to each loss a holder noticed.
+    pub(crate) loss_to_signal: Vec<Duration>,
+    /// From the heal to the first successful acquire and release, per instance.
+    pub(crate) recovery: Vec<Duration>,
+}
+
+impl Figures {
+    pub(crate) fn print(&self) {
+        let range = |values: &[Duration]| match (values.iter().min(), values.iter().max()) {
+            (Some(min), Some(max)) => format!("{min:.0?} to {max:.0?}"),
+            _ => "none".to_owned(),
+        };
+        println!(
+            "{}: {} holds ({} acted), {} lost, {} failed acquires; loss noticed {} after the fault; recovered {} after the heal",
+            self.name,
+            self.holds,
+            self.acting,
+            self.lost,
+            self.failed_acquires,
+            range(&self.loss_to_signal),
+            range(&self.recovery),
+        );
+    }
+}
+
+/// Runs the workload on `instances` while `fault` injects a fault, holds it and heals it.
+pub(crate) async fn run<F: Future<Output = ()>>(
+    name: &'static str,
+    instances: &[Timed],
+    fault: F,
+) -> Figures {
+    let key = syncguard::conformance::unique_key(name);
+    let history = Arc::new(History::new());
+    let stop = Arc::new(AtomicBool::new(false));
+    let losses = Arc::new(Mutex::new(Vec::new()));
+    let failed = Arc::new(AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for (instance, backend) in instances.iter().enumerate() {
+        for worker in 0..WORKERS_PER_INSTANCE {
+            let holder = format!("instance {instance}, worker {worker}");
+            let worker = Worker {
+                holder,
+                backend: backend.clone(),
+                key: key.clone(),
+                history: Arc::clone(&history),
+                stop: Arc::clone(&stop),
+                losses: Arc::clone(&losses),
+                failed: Arc::clone(&failed),
+            };
+            workers.push(tokio::spawn(worker.run()));
+        }
+    }
+    sleep(BEFORE).await;
+    let injected = Instant::now();
+    fault.await;
+    let healed = Instant::now();
+    let mut recovery = Vec::new();
+    for backend in instances {
+        recovery.push(recovered(backend, name).await - healed);
+    }
+    sleep(AFTER).await;
+    stop.store(true, Ordering::SeqCst);
+    for worker in workers {
+        worker.await.expect("a worker panicked");
+    }
+
+    let checked = history
+        .check()
+        .unwrap_or_else(|violations| panic!("{name}: {violations}"));
+    assert!(
+        checked.acting >= 5,
+        "{name}: only {} holds acted",
+        checked.acting
+    );
+    let loss_to_signal = losses
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|at| **at >= injected)
+        .map(|at| *at - injected)
+        .collect();
+    Figures {
+        name,
+        holds: checked.holds,
+        acting: checked.acting,
+        lost: checked.lost,
+        failed_acquires: failed.load(Ordering::SeqCst),
+        loss_to_signal,
+        recovery,
+    }
+}
+
+/// When `backend` first serves a fresh acquire and release after the heal.
+async fn recovered(backend: &Timed, name: &str) -> Instant {
+    let deadline = Instant::now() + RECOVERY_LIMIT;
+    let key = syncguard::conformance::unique_key(&format!("{name}-recovery"));
+    loop {
+        let attempt = async {
+            let lease = backend.acquire(&key, TTL).await?.lease();
+            match lease {
+                Some(lease) => backend
+                    .release(&lease.lock_id)
+                    .await
+                    .map(|r| r.is_released()),
+                None => Ok(false),
+            }
+        };
+        if let Ok(Ok(true)) = timeout(Duration::from_secs(5), attempt).await {
+            return Instant::now();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name}: the backend did not recover within {RECOVERY_LIMIT:?} of the heal"
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+}
+
+struct Worker {
+    holder: String,
+    backend: Timed,
+    key: String,
+    history: Arc<History>,
+    stop: Arc<AtomicBool>,
+    losses: Arc<Mutex<Vec<Instant>>>,
+    failed: Arc<AtomicUsize>,
+}
+
+impl Worker {
+    async fn run(self) {
+        let options = LockOptions::new(&self.key).with_ttl(TTL).with_retry(
+            RetryPolicy::new()
+                .with_base_delay(Duration::from_millis(10))
+                .with_max_retries(u32::MAX)
+                .with_timeout(Duration::from_secs(1)),
+        );
+        while !self.stop.load(Ordering::SeqCst) {
+            let guard = match syncguard::acquire(&self.backend, &options).await {
+                Ok(guard) => guard,
+                Err(error) => {
+                    if !error.is_contended() {
+                        self.failed.fetch_add(1, Ordering::SeqCst);
+                        sleep(Duration::from_millis(50)).await;
+                    }
+                    continue;
+                }
+            };
+            let acquired = Instant::now();
+            // Mostly short holds; some outlast the ttl, kept by the heartbeat, so that a
+            // fault finds holders whose lease it must end.
+            let hold_ms = if rand::rng().random_bool(0.2) {
+                rand::rng().random_range(1_000..2_500)
+            } else {
+                rand::rng().random_range(20..300)
+            };
+            let until = acquired + Duration::from_millis(hold_ms);
+            let mut actions = Vec::new();
+            loop {
+                let at = Instant::now();
+                if guard.is_lost() {
+                    self.losses.lock().unwrap().push(at);
+                    break;
+                }
+                actions.push(at);
+                if at >= until {
+                    break;
+                }
+                sleep(Duration::from_millis(20)).await;
+            }
+            self.history.record(Hold {
+                holder: self.holder.clone(),
+                fence: guard.fence(),
+                acquired,
+                actions,
+                lost: guard.lost_reason(),
+            });
+            let _ = guard.release().await;
+        }
+    }
+}
