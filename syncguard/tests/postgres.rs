@@ -16,21 +16,15 @@ use syncguard::{AcquireOutcome, ErrorCode, LockBackend, LockId, LockOptions, con
 mod pg_reference;
 use pg_reference::reference_acquire;
 
-fn url() -> String {
-    std::env::var("SYNCGUARD_TEST_POSTGRES_URL").unwrap_or_else(|_| {
-        panic!(
-            "SYNCGUARD_TEST_POSTGRES_URL is not set: run `bash scripts/test-all.sh`, which installs \
-             PostgreSQL (apt-get install postgresql) and starts it, or point the variable at a \
-             PostgreSQL 15+ database you may create tables in"
-        )
-    })
-}
+#[path = "support/urls.rs"]
+mod urls;
+use urls::postgres_url;
 
 async fn pool(max_connections: u32) -> PgPool {
     PostgresBackend::pool_options()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(30))
-        .connect(&url())
+        .connect(&postgres_url())
         .await
         .expect("connect to the test PostgreSQL")
 }
@@ -174,7 +168,7 @@ async fn invalid_and_injected_names_are_rejected_and_change_nothing() {
 
 #[tokio::test]
 async fn connect_builds_a_working_backend_and_rejects_bad_urls() {
-    let backend = PostgresBackend::connect(&url(), PostgresConfig::new())
+    let backend = PostgresBackend::connect(&postgres_url(), PostgresConfig::new())
         .await
         .unwrap();
     setup_schema(backend.pool(), backend.config())
@@ -193,9 +187,12 @@ async fn connect_builds_a_working_backend_and_rejects_bad_urls() {
         .await
         .unwrap_err();
     assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
-    let error = PostgresBackend::connect(&url(), PostgresConfig::new().with_lock_table("a-b"))
-        .await
-        .unwrap_err();
+    let error = PostgresBackend::connect(
+        &postgres_url(),
+        PostgresConfig::new().with_lock_table("a-b"),
+    )
+    .await
+    .unwrap_err();
     assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
 }
 
@@ -281,7 +278,7 @@ async fn rust_and_reference_acquires_exclude_each_other() {
         let (backend, key) = (backend.clone(), key.clone());
         let (holders, overlaps, fences) = (holders.clone(), overlaps.clone(), fences.clone());
         tasks.push(tokio::spawn(async move {
-            let mut conn = PgConnection::connect(&url()).await.unwrap();
+            let mut conn = PgConnection::connect(&postgres_url()).await.unwrap();
             while tokio::time::Instant::now() < end {
                 // Even workers are Rust services, odd ones TypeScript reference services.
                 let fence = if worker % 2 == 0 {
@@ -372,7 +369,9 @@ async fn errors_are_mapped_from_real_failures() {
     .execute(&pool)
     .await
     .unwrap();
-    let options = PgConnectOptions::from_str(&url()).unwrap().username(&role);
+    let options = PgConnectOptions::from_str(&postgres_url())
+        .unwrap()
+        .username(&role);
     let denied = PgPoolOptions::new().connect_lazy_with(options);
     let backend = PostgresBackend::new(denied, PostgresConfig::new()).unwrap();
     let error = backend.is_locked("x").await.unwrap_err();
@@ -382,7 +381,7 @@ async fn errors_are_mapped_from_real_failures() {
     let tiny = PgPoolOptions::new()
         .max_connections(1)
         .acquire_timeout(Duration::from_millis(300))
-        .connect(&url())
+        .connect(&postgres_url())
         .await
         .unwrap();
     setup_schema(&tiny, &PostgresConfig::new()).await.unwrap();
@@ -395,14 +394,14 @@ async fn errors_are_mapped_from_real_failures() {
     // A statement timeout while the key's advisory lock is held elsewhere: network timeout.
     let key = conformance::unique_key("timeout");
     let storage_key = make_storage_key("", &key, 1700, 0).unwrap();
-    let mut blocker = PgConnection::connect(&url()).await.unwrap();
+    let mut blocker = PgConnection::connect(&postgres_url()).await.unwrap();
     let mut tx = blocker.begin().await.unwrap();
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
         .bind(&storage_key)
         .execute(&mut *tx)
         .await
         .unwrap();
-    let options = PgConnectOptions::from_str(&url())
+    let options = PgConnectOptions::from_str(&postgres_url())
         .unwrap()
         .options([("statement_timeout", "200")]);
     let slow = PgPoolOptions::new().connect_lazy_with(options);

@@ -20,25 +20,19 @@ use tokio::time::Instant;
 mod proxy;
 use proxy::Proxy;
 
-fn url() -> String {
-    std::env::var("SYNCGUARD_TEST_POSTGRES_URL").unwrap_or_else(|_| {
-        panic!(
-            "SYNCGUARD_TEST_POSTGRES_URL is not set: run `bash scripts/test-all.sh`, which installs \
-             PostgreSQL (apt-get install postgresql) and starts it, or point the variable at a \
-             PostgreSQL 15+ database you may create tables in"
-        )
-    })
-}
+#[path = "support/urls.rs"]
+mod urls;
+use urls::postgres_url;
 
 /// The test server's `host:port`.
 fn server_addr() -> String {
-    let options = PgConnectOptions::from_str(&url()).expect("a PostgreSQL URL");
+    let options = PgConnectOptions::from_str(&postgres_url()).expect("a PostgreSQL URL");
     format!("{}:{}", options.get_host(), options.get_port())
 }
 
-/// `url()` dialing `addr` instead.
+/// `postgres_url()` dialing `addr` instead.
 fn url_at(addr: impl std::fmt::Display) -> String {
-    url().replace(&server_addr(), &addr.to_string())
+    postgres_url().replace(&server_addr(), &addr.to_string())
 }
 
 async fn backend_on(url: &str, max_connections: u32, config: PostgresConfig) -> PostgresBackend {
@@ -95,7 +89,7 @@ async fn a_refused_connection_is_reported_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixty_four_callers_share_a_pool_of_ten_fairly() {
-    let backend = backend_on(&url(), 10, PostgresConfig::new()).await;
+    let backend = backend_on(&postgres_url(), 10, PostgresConfig::new()).await;
     let prefix = key("fair");
     let slowest = Arc::new(Mutex::new(Duration::ZERO));
     let started = Instant::now();
@@ -136,7 +130,7 @@ async fn sixty_four_callers_share_a_pool_of_ten_fairly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dropped_guards_are_all_released_promptly() {
-    let backend = backend_on(&url(), 10, PostgresConfig::new()).await;
+    let backend = backend_on(&postgres_url(), 10, PostgresConfig::new()).await;
     let prefix = key("dropped");
     let mut guards = Vec::new();
     for i in 0..2_000 {
@@ -252,7 +246,7 @@ async fn connections_cut_under_the_pool_cost_no_failed_operation() {
 #[tokio::test]
 async fn a_terminated_connection_costs_no_failed_operation() {
     let app = format!("sg-term-{}", free_port());
-    let options = PgConnectOptions::from_str(&url())
+    let options = PgConnectOptions::from_str(&postgres_url())
         .unwrap()
         .application_name(&app);
     let pool = PostgresBackend::pool_options()
@@ -265,7 +259,7 @@ async fn a_terminated_connection_costs_no_failed_operation() {
     let key = key("terminate");
     assert!(!backend.is_locked(&key).await.unwrap());
 
-    let mut admin = PgConnection::connect(&url()).await.unwrap();
+    let mut admin = PgConnection::connect(&postgres_url()).await.unwrap();
     let terminated: Vec<bool> = sqlx::query_scalar(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
     )
@@ -288,7 +282,7 @@ async fn a_terminated_connection_costs_no_failed_operation() {
 
 #[tokio::test]
 async fn a_damaged_fence_counter_fails_the_acquire_and_stores_nothing() {
-    let backend = backend_on(&url(), 2, PostgresConfig::new()).await;
+    let backend = backend_on(&postgres_url(), 2, PostgresConfig::new()).await;
     let pool = backend.pool();
     // Stored counters whose next fence is negative, zero, or past the maximum.
     for stored in [-6_i64, -1, i64::try_from(FENCE_MAX).unwrap()] {

@@ -13,14 +13,9 @@ use tokio::time::{Instant, sleep};
 mod proxy;
 use proxy::Proxy;
 
-fn redis_url() -> String {
-    std::env::var("SYNCGUARD_TEST_REDIS_URL").unwrap_or_else(|_| {
-        panic!(
-            "SYNCGUARD_TEST_REDIS_URL is not set: run `bash scripts/test-all.sh`, which installs \
-             redis-server (apt-get install redis-server) and starts it"
-        )
-    })
-}
+#[path = "support/urls.rs"]
+mod urls;
+use urls::redis_url;
 
 /// `host:port` of the test server.
 fn server_addr() -> String {

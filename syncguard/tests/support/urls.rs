@@ -1,0 +1,29 @@
+//! Where the test servers `bash scripts/test-all.sh` starts are: the URLs it exports, or a
+//! failure that says how to get them (a test never passes by skipping).
+
+#![allow(dead_code, unreachable_pub)]
+
+fn exported(name: &str, install: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!(
+            "{name} is not set: run `bash scripts/test-all.sh`, which installs {install} and \
+             starts it, or `bash scripts/with-services.sh cargo test ...`"
+        )
+    })
+}
+
+/// The test PostgreSQL (15+; tests may create tables in it).
+pub fn postgres_url() -> String {
+    exported(
+        "SYNCGUARD_TEST_POSTGRES_URL",
+        "PostgreSQL (apt-get install postgresql)",
+    )
+}
+
+/// The test redis-server.
+pub fn redis_url() -> String {
+    exported(
+        "SYNCGUARD_TEST_REDIS_URL",
+        "redis-server (apt-get install redis-server)",
+    )
+}
