@@ -7,6 +7,13 @@
 #   SYNCGUARD_POSTGRES_BIN        PostgreSQL's bin directory (for tests that run their own)
 #   FIRESTORE_EMULATOR_HOST       127.0.0.1:<port> of the Cloud Firestore emulator
 #   SYNCGUARD_TEST_FIRESTORE_PROJECT  base project id; Firestore tests derive one per test
+# TLS (tests/tls.rs): PostgreSQL also accepts TLS on its one port (ssl=on; plain connections
+# still work, though sqlx's default sslmode=prefer picks TLS in builds with postgres-tls), and
+# Redis listens for TLS on a second port; both present a certificate for 127.0.0.1 and
+# localhost signed by a CA made for this run.
+#   SYNCGUARD_TEST_TLS_CA         PEM file of that CA
+#   SYNCGUARD_TEST_TLS_OTHER_CA   PEM file of another CA, which signed nothing the servers present
+#   SYNCGUARD_TEST_REDIS_TLS_URL  rediss://127.0.0.1:<tls port>
 
 RUN_DIR=$(mktemp -d /tmp/syncguard-services.XXXXXX)
 chmod 755 "$RUN_DIR"
@@ -51,7 +58,55 @@ wait_for() { # wait_for <what> <seconds> <command...>
   return 1
 }
 
+quietly() { # quietly <command...>: its output only if it fails (openssl chats on stderr)
+  local out
+  out=$("$@" 2>&1) || { printf '%s\n' "$out" >&2; return 1; }
+}
+
 command -v python3 >/dev/null || apt_install python3
+
+TLS_DIR="$RUN_DIR/tls"
+# A throwaway CA, a server certificate it signs for 127.0.0.1 and localhost, and a second CA
+# that signs nothing (for the untrusted-certificate tests). Made once, on first use.
+make_test_certs() {
+  [ -f "$TLS_DIR/server.crt" ] && return 0
+  command -v openssl >/dev/null || { log "installing OpenSSL"; apt_install openssl; }
+  mkdir -p "$TLS_DIR"
+  chmod 755 "$TLS_DIR"
+  # Our own config, so that the system's openssl.cnf adds nothing rustls would reject.
+  cat >"$TLS_DIR/openssl.cnf" <<'CNF'
+[req]
+distinguished_name = dn
+[dn]
+[ca]
+basicConstraints = critical, CA:TRUE
+keyUsage = critical, keyCertSign, cRLSign
+subjectKeyIdentifier = hash
+[server]
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature, keyEncipherment
+extendedKeyUsage = serverAuth
+subjectAltName = IP:127.0.0.1, DNS:localhost
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+CNF
+  local name
+  for name in ca other-ca; do
+    quietly openssl req -x509 -config "$TLS_DIR/openssl.cnf" -extensions ca -newkey ec \
+      -pkeyopt ec_paramgen_curve:P-256 -noenc -days 7 -subj "/CN=syncguard test $name" \
+      -keyout "$TLS_DIR/$name.key" -out "$TLS_DIR/$name.crt"
+  done
+  quietly openssl req -new -config "$TLS_DIR/openssl.cnf" -newkey ec \
+    -pkeyopt ec_paramgen_curve:P-256 -noenc -subj "/CN=localhost" \
+    -keyout "$TLS_DIR/server.key" -out "$TLS_DIR/server.csr"
+  quietly openssl x509 -req -in "$TLS_DIR/server.csr" -CA "$TLS_DIR/ca.crt" \
+    -CAkey "$TLS_DIR/ca.key" -set_serial "0x$(openssl rand -hex 8)" -days 7 \
+    -extfile "$TLS_DIR/openssl.cnf" -extensions server -out "$TLS_DIR/server.crt"
+  chmod 644 "$TLS_DIR"/*.crt
+  chmod 600 "$TLS_DIR"/*.key
+  export SYNCGUARD_TEST_TLS_CA="$TLS_DIR/ca.crt"
+  export SYNCGUARD_TEST_TLS_OTHER_CA="$TLS_DIR/other-ca.crt"
+}
 
 start_postgres() {
   local bin
@@ -72,8 +127,14 @@ start_postgres() {
     run_as=(runuser -u postgres --)
   fi
   "${run_as[@]}" "$bin/initdb" -D "$dir/data" -U postgres -A trust --no-sync >"$dir/initdb.log"
+  # TLS as well as plain connections (pg_hba's `host` lines match both). PostgreSQL wants its
+  # key owned by the user it runs as, mode 0600.
+  make_test_certs
+  cp "$TLS_DIR/server.crt" "$TLS_DIR/server.key" "$dir/"
+  if [ "$(id -u)" = 0 ]; then chown postgres "$dir/server.crt" "$dir/server.key"; fi
   "${run_as[@]}" "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300" start >/dev/null
+    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300 -c ssl=on \
+      -c ssl_cert_file=$dir/server.crt -c ssl_key_file=$dir/server.key" start >/dev/null
   CLEANUPS+=("${run_as[*]} $bin/pg_ctl -D $dir/data -m immediate stop")
   export SYNCGUARD_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$port/postgres"
   # For tests that run (and kill, and restart) PostgreSQL servers of their own.
@@ -86,18 +147,31 @@ start_redis() {
     log "installing Redis"
     apt_install redis-server
   fi
-  local port dir
+  local port dir tls=() tls_port=""
   port=$(free_port)
   dir="$RUN_DIR/redis"
   mkdir -p "$dir"
+  # A second, TLS port (clients need not present certificates), if this build has TLS: an
+  # unknown --tls-port would stop the server from starting at all.
+  if ldd "$(command -v redis-server)" 2>/dev/null | grep -q libssl; then
+    make_test_certs
+    tls_port=$(free_port)
+    tls=(--tls-port "$tls_port" --tls-cert-file "$TLS_DIR/server.crt"
+      --tls-key-file "$TLS_DIR/server.key" --tls-ca-cert-file "$TLS_DIR/ca.crt"
+      --tls-auth-clients no)
+  else
+    echo "warning: $(command -v redis-server) is built without TLS; the rediss:// tests will" \
+      "fail (install Debian's redis-server 6+, which is built with TLS)" >&2
+  fi
   redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save "" --appendonly no \
-    --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log"
+    --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" "${tls[@]}"
   wait_for "redis-server" 30 redis-cli -p "$port" ping
   CLEANUPS+=("redis-cli -p $port shutdown nosave")
   export SYNCGUARD_TEST_REDIS_URL="redis://127.0.0.1:$port"
+  if [ -n "$tls_port" ]; then export SYNCGUARD_TEST_REDIS_TLS_URL="rediss://127.0.0.1:$tls_port"; fi
   SYNCGUARD_REDIS_SERVER_BIN=$(command -v redis-server)
   export SYNCGUARD_REDIS_SERVER_BIN
-  log "$(redis-server --version | awk '{print $1, $3}') on 127.0.0.1:$port"
+  log "$(redis-server --version | awk '{print $1, $3}') on 127.0.0.1:$port${tls_port:+, TLS on 127.0.0.1:$tls_port}"
 }
 
 FIRESTORE_EMULATOR=${FIRESTORE_EMULATOR:-/usr/lib/google-cloud-sdk/platform/cloud-firestore-emulator/cloud_firestore_emulator}

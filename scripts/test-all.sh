@@ -26,7 +26,7 @@ if [ "${1:-}" != "--tests" ]; then
   RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features --workspace
   log "each feature of syncguard on its own"
   cargo check -p syncguard --no-default-features
-  for feature in memory macros postgres redis firestore opentelemetry conformance; do
+  for feature in memory macros postgres postgres-tls redis redis-tls firestore opentelemetry conformance; do
     cargo check -p syncguard --no-default-features --features "$feature"
   done
 fi

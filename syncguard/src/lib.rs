@@ -29,6 +29,8 @@ pub mod redis;
 mod retry;
 pub mod telemetry;
 pub mod time;
+#[cfg(any(feature = "postgres-tls", feature = "redis-tls"))]
+mod tls;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;

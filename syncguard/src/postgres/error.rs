@@ -10,6 +10,10 @@ use crate::LockError;
 /// connections busy: [`LockError::RateLimited`]) from one caused by a slow or unreachable
 /// server ([`LockError::NetworkTimeout`]).
 pub(super) fn map_error(error: sqlx::Error, pool: Option<&PgPool>) -> LockError {
+    #[cfg(feature = "postgres-tls")]
+    if let Some(tls) = crate::tls::rustls_error(&error) {
+        return tls_error(tls).with_source(error);
+    }
     let mapped = match &error {
         sqlx::Error::Database(db) => {
             let code = db.code().unwrap_or_default();
@@ -36,13 +40,35 @@ pub(super) fn map_error(error: sqlx::Error, pool: Option<&PgPool>) -> LockError 
             }
         }
         sqlx::Error::PoolClosed => LockError::service_unavailable("the PostgreSQL pool is closed"),
-        sqlx::Error::Tls(_) => LockError::service_unavailable("PostgreSQL TLS handshake failed"),
+        // Without `postgres-tls`, sqlx fails here whenever sslmode asks for TLS.
+        #[cfg(not(feature = "postgres-tls"))]
+        sqlx::Error::Tls(tls) => LockError::service_unavailable(format!(
+            "PostgreSQL TLS failed: {tls}; TLS (sslmode=require, verify-ca, verify-full) needs syncguard's `postgres-tls` feature"
+        )),
+        #[cfg(feature = "postgres-tls")]
+        sqlx::Error::Tls(tls) => {
+            LockError::service_unavailable(format!("PostgreSQL TLS failed: {tls}"))
+        }
         sqlx::Error::Configuration(_) => {
             LockError::invalid_argument("invalid PostgreSQL connection settings")
         }
         _ => LockError::internal(format!("unexpected PostgreSQL error: {error}")),
     };
     mapped.with_source(error)
+}
+
+/// A TLS failure, in the handshake mostly: a connection error, so `ServiceUnavailable` as the
+/// reference classifies those, with what to check when the certificate was rejected.
+#[cfg(feature = "postgres-tls")]
+fn tls_error(tls: &rustls::Error) -> LockError {
+    let hint = match tls {
+        rustls::Error::InvalidCertificate(_) => {
+            "; the server's certificate was rejected: give the CA that signed it with \
+             sslrootcert=<PEM file>, and connect by a host name (or IP) the certificate names"
+        }
+        _ => "",
+    };
+    LockError::service_unavailable(format!("PostgreSQL TLS connection failed: {tls}{hint}"))
 }
 
 /// Classifies a SQLSTATE (see PostgreSQL's Appendix A).
@@ -68,6 +94,32 @@ fn classify_sqlstate(code: &str, message: String) -> LockError {
 mod tests {
     use super::*;
     use crate::ErrorCode;
+
+    #[test]
+    fn tls_failures_say_what_to_do() {
+        // What sqlx says when an sslmode needs TLS and it was built without.
+        let unavailable = sqlx::Error::Tls(
+            "TLS upgrade required by connect options but SQLx was built without TLS support enabled"
+                .into(),
+        );
+        let error = map_error(unavailable, None);
+        assert_eq!(error.code(), ErrorCode::ServiceUnavailable);
+        #[cfg(not(feature = "postgres-tls"))]
+        assert!(error.to_string().contains("`postgres-tls`"), "{error}");
+
+        // What a rejected certificate looks like: rustls' error inside an I/O error.
+        #[cfg(feature = "postgres-tls")]
+        {
+            let rejected =
+                rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+            let error = map_error(
+                sqlx::Error::Io(std::io::Error::new(ErrorKind::InvalidData, rejected)),
+                None,
+            );
+            assert_eq!(error.code(), ErrorCode::ServiceUnavailable);
+            assert!(error.to_string().contains("sslrootcert"), "{error}");
+        }
+    }
 
     #[test]
     fn sqlstates_map_as_the_reference_says() {

@@ -27,6 +27,28 @@
 //! Time authority is the database server's clock; expired rows stay until a later acquire of
 //! the same key overwrites them, [`PostgresBackend::sweep_expired`] deletes them, or (opt-in)
 //! `is_locked` cleans them up. Fence counters are never deleted.
+//!
+//! ## TLS
+//!
+//! With the `postgres-tls` feature, the URL's `sslmode` asks for TLS (sqlx's rustls, *ring*
+//! provider): `require` encrypts without verifying the server's certificate, `verify-ca`
+//! verifies that a trusted CA signed it, `verify-full` also that it names the host, and the
+//! default `prefer` encrypts whenever the server offers TLS. Trusted CAs are the Mozilla root
+//! certificates (webpki-roots) and those in the `sslrootcert` file (libpq trusts only the
+//! file). Without the feature, `prefer` connects in plain text and the other modes fail with
+//! `ServiceUnavailable` naming the feature. A certificate that fails verification is
+//! `ServiceUnavailable` with the rustls error kept as the source.
+//!
+//! ```no_run
+//! # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {
+//! use syncguard::postgres::{PostgresBackend, PostgresConfig};
+//!
+//! // A managed database (RDS, Cloud SQL, Neon), verified against the provider's CA bundle.
+//! let url = "postgres://app:secret@db.example.com/app\
+//!            ?sslmode=verify-full&sslrootcert=/etc/ssl/certs/provider-ca.pem";
+//! let backend = PostgresBackend::connect(url, PostgresConfig::new()).await?;
+//! # let _ = backend; Ok(()) }
+//! ```
 
 mod config;
 mod error;
@@ -217,7 +239,9 @@ impl PostgresBackend {
     /// [`LockError::InvalidArgument`] for a bad configuration or URL;
     /// [`LockError::ServiceUnavailable`] at once when nothing listens at the URL's address;
     /// [`LockError::NetworkTimeout`] when connecting takes longer than the connect timeout;
-    /// other mapped connection errors (for example [`LockError::AuthFailed`]).
+    /// [`LockError::ServiceUnavailable`] when TLS fails (the server's certificate rejected, or
+    /// an `sslmode` that needs TLS without the `postgres-tls` feature); other mapped
+    /// connection errors (for example [`LockError::AuthFailed`]).
     pub async fn connect(url: &str, config: PostgresConfig) -> Result<Self, LockError> {
         config.validate()?;
         let options = PgConnectOptions::from_str(url).map_err(|e| {

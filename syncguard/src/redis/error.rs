@@ -9,6 +9,10 @@ use crate::LockError;
 /// WRONGPASS / NOPERM → `AuthFailed`, WRONGTYPE, our scripts' BADDATA and script errors on bad data →
 /// `InvalidArgument`, timeouts → `NetworkTimeout`, anything else → `Internal`.
 pub(crate) fn map_redis_error(error: RedisError) -> LockError {
+    #[cfg(feature = "redis-tls")]
+    if let Some(tls) = crate::tls::rustls_error(&error) {
+        return tls_error(tls).with_source(error);
+    }
     let code = error.code().unwrap_or("");
     let kind = error.kind();
     let mapped = if error.is_timeout() {
@@ -67,6 +71,21 @@ pub(crate) fn map_redis_error(error: RedisError) -> LockError {
         ))
     };
     mapped.with_source(error)
+}
+
+/// A TLS failure, in the handshake mostly: a connection error (`ServiceUnavailable`), with
+/// what to check when the certificate was rejected.
+#[cfg(feature = "redis-tls")]
+fn tls_error(tls: &rustls::Error) -> LockError {
+    let hint = match tls {
+        rustls::Error::InvalidCertificate(_) => {
+            "; the server's certificate was rejected: for a private CA, give its certificate \
+             to RedisBackendBuilder::tls_root_certs, and connect by a host name (or IP) the \
+             certificate names"
+        }
+        _ => "",
+    };
+    LockError::service_unavailable(format!("Redis TLS connection failed: {tls}{hint}"))
 }
 
 fn code_or_category(error: &RedisError) -> &str {
@@ -162,6 +181,17 @@ mod tests {
             map_redis_error(server("WEIRD", "something")).code(),
             ErrorCode::Internal
         );
+    }
+
+    #[cfg(feature = "redis-tls")]
+    #[test]
+    fn a_rejected_certificate_says_so() {
+        let rejected = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, rejected);
+        let err = map_redis_error(RedisError::from(io));
+        assert_eq!(err.code(), ErrorCode::ServiceUnavailable);
+        assert!(err.to_string().contains("tls_root_certs"), "{err}");
+        assert!(err.source().is_some());
     }
 
     #[test]

@@ -52,6 +52,28 @@
 //! guard.release().await?;
 //! # Ok(()) }
 //! ```
+//!
+//! ## TLS
+//!
+//! With the `redis-tls` feature, `rediss://` URLs connect over TLS (rustls, *ring* provider)
+//! and verify the server's certificate and host name against the Mozilla root certificates
+//! (webpki-roots), which managed services such as ElastiCache or Azure Cache for Redis chain
+//! to. A server whose certificate comes from a private CA needs
+//! [`tls_root_certs`](RedisBackendBuilder::tls_root_certs). Without the feature, a
+//! `rediss://` URL fails with `InvalidArgument`.
+//!
+//! ```no_run
+//! # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {
+//! let backend = syncguard::redis::RedisBackend::connect("rediss://:password@redis.example.com:6380").await?;
+//! # let _ = backend; Ok(()) }
+//! ```
+//!
+//! redis-rs builds its TLS settings with rustls' process-wide default crypto provider, and
+//! panics without one (as when two providers are compiled in), so
+//! [`build`](RedisBackendBuilder::build) and [`from_pool`](RedisBackend::from_pool) install
+//! *ring* as that default unless one is installed already. An application that wants another
+//! provider, or that opens `rediss://` connections of its own before, installs one first
+//! (`rustls::crypto::ring::default_provider().install_default()`).
 
 mod batch;
 mod config;
@@ -173,7 +195,8 @@ impl RedisBackend {
     ///
     /// # Errors
     /// `InvalidArgument` for a malformed URL, `ServiceUnavailable` / `NetworkTimeout` when the
-    /// server cannot be reached, `AuthFailed` for rejected credentials or permissions.
+    /// server cannot be reached, `ServiceUnavailable` when TLS fails (the server's certificate
+    /// rejected, say), `AuthFailed` for rejected credentials or permissions.
     ///
     /// ```no_run
     /// # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {
@@ -185,7 +208,8 @@ impl RedisBackend {
     }
 
     /// A builder for a backend that opens its own connections to `url`
-    /// (`redis://[user:password@]host[:port][/db]`, `rediss://` needs a TLS feature of redis).
+    /// (`redis://[user:password@]host[:port][/db]`, or `rediss://` for TLS with the
+    /// `redis-tls` feature).
     ///
     /// ```no_run
     /// # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {
@@ -206,6 +230,8 @@ impl RedisBackend {
             config: RedisConfig::default(),
             mode: ConnectionMode::default(),
             net: NetConfig::default(),
+            #[cfg(feature = "redis-tls")]
+            tls_roots: None,
         }
     }
 
@@ -247,6 +273,9 @@ impl RedisBackend {
     /// # let _ = backend; Ok(()) }
     /// ```
     pub fn from_pool(pool: deadpool_redis::Pool, config: RedisConfig) -> Result<Self, LockError> {
+        // The pool opens its connections later, in our operations.
+        #[cfg(feature = "redis-tls")]
+        install_crypto_provider();
         Self::with_conn(Conn::Pool(pool), &config)
     }
 
@@ -694,6 +723,29 @@ pub struct RedisBackendBuilder {
     config: RedisConfig,
     mode: ConnectionMode,
     net: NetConfig,
+    #[cfg(feature = "redis-tls")]
+    tls_roots: Option<TlsRoots>,
+}
+
+/// PEM certificates, shown by size only in `Debug`.
+#[cfg(feature = "redis-tls")]
+#[derive(Clone)]
+struct TlsRoots(Vec<u8>);
+
+#[cfg(feature = "redis-tls")]
+impl fmt::Debug for TlsRoots {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "<{} bytes of PEM>", self.0.len())
+    }
+}
+
+/// Makes *ring* rustls' process-wide default provider unless one is installed: redis-rs
+/// builds its TLS configuration with that default, and panics when there is none, as there is
+/// whenever the build holds two providers (rustls then picks neither).
+#[cfg(feature = "redis-tls")]
+fn install_crypto_provider() {
+    // An error only says that a default (the application's, or ours) is already in place.
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 impl RedisBackendBuilder {
@@ -787,6 +839,51 @@ impl RedisBackendBuilder {
         self
     }
 
+    /// Trusts only the CA certificates in `pem` (one or more, PEM-encoded) for a `rediss://`
+    /// URL, instead of the Mozilla root certificates: for a server whose certificate comes
+    /// from a private CA. The host name is still verified. Feature `redis-tls`.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let backend = syncguard::redis::RedisBackend::builder("rediss://redis.internal:6380")
+    ///     .tls_root_certs(std::fs::read("/etc/ssl/redis-ca.pem")?)
+    ///     .build()
+    ///     .await?;
+    /// # let _ = backend; Ok(()) }
+    /// ```
+    #[cfg(feature = "redis-tls")]
+    pub fn tls_root_certs(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_roots = Some(TlsRoots(pem.into()));
+        self
+    }
+
+    /// The redis-rs client for the URL (and the trusted CAs, if set).
+    fn client(&self) -> Result<::redis::Client, LockError> {
+        #[cfg(feature = "redis-tls")]
+        if let Some(TlsRoots(pem)) = &self.tls_roots {
+            let certificates = ::redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem.clone()),
+            };
+            return ::redis::Client::build_with_tls(self.url.as_str(), certificates).map_err(
+                |error| {
+                    LockError::invalid_argument(
+                        "invalid Redis URL or TLS root certificates; tls_root_certs needs a \
+                         rediss:// URL and PEM-encoded CA certificates",
+                    )
+                    .with_source(error)
+                },
+            );
+        }
+        ::redis::Client::open(self.url.as_str()).map_err(|error| {
+            LockError::invalid_argument(
+                "invalid Redis URL; expected redis://[user:password@]host[:port][/db] (or \
+                 rediss:// with the redis-tls feature)",
+            )
+            .with_source(error)
+        })
+    }
+
     /// Validates the settings, connects and loads the scripts.
     ///
     /// # Errors
@@ -802,15 +899,11 @@ impl RedisBackendBuilder {
     /// ```
     pub async fn build(self) -> Result<RedisBackend, LockError> {
         validate_prefix(&self.config.prefix)?;
-        let bad_url = |error: ::redis::RedisError| {
-            LockError::invalid_argument(
-                "invalid Redis URL; expected redis://[user:password@]host[:port][/db]",
-            )
-            .with_source(error)
-        };
+        let client = self.client()?;
+        #[cfg(feature = "redis-tls")]
+        install_crypto_provider();
         let conn = match self.mode {
             ConnectionMode::Multiplexed => {
-                let client = ::redis::Client::open(self.url.as_str()).map_err(bad_url)?;
                 let settings = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(self.net.connection_timeout))
                     .set_response_timeout(Some(self.net.response_timeout))
@@ -826,14 +919,13 @@ impl RedisBackendBuilder {
                         "Redis pool size must be at least 1",
                     ));
                 }
-                let pool = deadpool_redis::Config::from_url(self.url.as_str())
-                    .builder()
+                // From the client's connection info, which carries the trusted CAs, if any.
+                let manager = deadpool_redis::Manager::new(client.get_connection_info().clone())
                     .map_err(|error| {
-                        LockError::invalid_argument(
-                            "invalid Redis URL; expected redis://[user:password@]host[:port][/db]",
-                        )
-                        .with_source(error)
-                    })?
+                        LockError::invalid_argument("invalid Redis connection settings")
+                            .with_source(error)
+                    })?;
+                let pool = deadpool_redis::Pool::builder(manager)
                     .max_size(max_size)
                     .runtime(deadpool_redis::Runtime::Tokio1)
                     .wait_timeout(Some(self.net.response_timeout))
