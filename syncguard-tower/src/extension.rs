@@ -55,15 +55,23 @@ impl HeldLock {
         self.view.lock_id()
     }
 
+    /// Whether the lock can still be relied on: held, not lost, and not yet released at the
+    /// end of the request. Check this before a side effect, also from a task that may outlive
+    /// the request.
+    pub fn is_held(&self) -> bool {
+        self.view.is_held()
+    }
+
     /// Whether the lock is lost, as of now (also when its lease ran out while nothing looked).
     /// With [`OnLost::Cancel`](syncguard::OnLost::Cancel) (the
     /// default) the handler is dropped when that happens; with `OnLost::Notify` it runs on and
-    /// should check this before side effects.
+    /// should check [`is_held`](Self::is_held) before side effects. After the request released
+    /// the lock this stays `false`: a release is no loss.
     pub fn is_lost(&self) -> bool {
         self.view.is_lost()
     }
 
-    /// Completes when the lock is lost; never while it is held.
+    /// Completes when the lock is lost; never while it is held, nor after the release.
     pub async fn lost(&self) {
         self.view.lost().await;
     }

@@ -136,7 +136,9 @@ impl History {
             let [(earlier, _, earlier_last), (later, later_first, _)] = pair else {
                 continue;
             };
-            if earlier_last >= later_first {
+            // Equal instants are not an overlap: under a paused or coarse clock a release and
+            // the next acquisition can share one.
+            if earlier_last > later_first {
                 violations.push(format!(
                     "two holders at once: {} (fence {}) acted until {:.1} ms, {} (fence {}) from {:.1} ms",
                     earlier.holder,

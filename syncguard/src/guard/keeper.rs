@@ -26,9 +26,21 @@ pub(super) async fn keep(shared: Arc<Shared>, backend: Arc<dyn LockBackend>, hea
     // After a failed extend, try again this often while the lease lasts.
     let retry_every = (shared.ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
     let mut not_before: Option<Instant> = None;
-    while shared.loss().is_none() {
+    loop {
+        // Listening before the state is read: a change made in between is not missed.
+        let changed = shared.changed().notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        if shared.loss().is_some() {
+            return;
+        }
         match next_step(&shared, heartbeat, not_before) {
-            Step::WaitUntil(at) => shared.wait_until(at).await,
+            Step::WaitUntil(at) => {
+                tokio::select! {
+                    () = tokio::time::sleep_until(at) => {}
+                    () = changed => {}
+                }
+            }
             Step::Extend(ttl, reaches_cap) => {
                 match shared.extend(backend.as_ref(), ttl, reaches_cap).await {
                     Extension::Extended => {

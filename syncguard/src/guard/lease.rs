@@ -12,8 +12,10 @@
 //! - after it succeeded, the expiry is at least `s + min(t, u)`, where `u` is the shortest ttl
 //!   of any unsettled extend so far (one that failed, timed out, or was abandoned in flight).
 //!
-//! Backends count whole milliseconds (a ttl's sub-millisecond part is dropped), and so does
-//! the guard.
+//! Backends count whole milliseconds: a ttl's sub-millisecond part is dropped, and the time
+//! an expiry is counted from is the backend's clock floored to the millisecond, up to 1 ms
+//! before the moment it applied the request. So the guard drops the same part, and ends every
+//! lease 1 ms before `s + t`.
 //!
 //! The deadline is never later than those bounds, nor than the backend's reported expiry
 //! translated to the local clock. Every sum saturates: no duration a user passes can
@@ -83,7 +85,7 @@ impl Belief {
     /// the same.
     pub(super) fn granted(sent_at: Instant, ttl: Duration, expires_at_ms: u64) -> Self {
         Self {
-            deadline: later(sent_at, ttl),
+            deadline: lease_end(sent_at, ttl),
             expires_at_ms,
             reaches_cap: false,
             unsettled_ttl: None,
@@ -98,10 +100,7 @@ impl Belief {
         ttl: Duration,
         expires_at_ms: u64,
     ) {
-        let surely = self
-            .unsettled_ttl
-            .map_or(ttl, |unsettled| unsettled.min(ttl));
-        self.deadline = later(sent_at, surely).min(clock.local(expires_at_ms));
+        self.deadline = lease_end(sent_at, self.surely(ttl)).min(clock.local(expires_at_ms));
         self.expires_at_ms = expires_at_ms;
     }
 
@@ -114,7 +113,7 @@ impl Belief {
 
     /// An extend for `ttl` is sent now, at `sent_at`: the backend may apply it at once.
     pub(super) fn sending(&mut self, sent_at: Instant, ttl: Duration) {
-        self.deadline = self.deadline.min(later(sent_at, ttl));
+        self.deadline = self.deadline.min(lease_end(sent_at, ttl));
     }
 
     /// An extend sent (see [`sending`](Self::sending)) for `ttl` failed, timed out or was
@@ -122,6 +121,12 @@ impl Belief {
     pub(super) fn unsettled(&mut self, ttl: Duration) {
         self.unsettled_ttl = Some(self.unsettled_ttl.map_or(ttl, |shortest| shortest.min(ttl)));
     }
+}
+
+/// The end of a lease for `ttl` counted from `sent_at`, allowing for the backend's clock
+/// being floored to the millisecond.
+fn lease_end(sent_at: Instant, ttl: Duration) -> Instant {
+    later(sent_at, ttl.saturating_sub(Duration::from_millis(1)))
 }
 
 /// `duration` in the whole milliseconds a backend counts (it drops the rest).

@@ -297,8 +297,10 @@ impl LockGuard {
     ///
     /// # Errors
     /// [`LockError::InvalidArgument`] for a bad ttl, before any I/O; backend errors as they
-    /// come (the lock is not marked lost for those: the lease may still be valid, though it
-    /// now ends no later than `ttl` after this call, in case the backend applied the extend).
+    /// come. The lock is not marked lost for those (the lease may still be valid), but an
+    /// extend whose answer was lost may still be applied at any later time, cutting the lease
+    /// to `ttl` from then: so from this call on, the guard counts every lease as at most
+    /// `ttl` long, and the heartbeat extends every third of `ttl`, for the rest of the hold.
     pub async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
         ttl_millis(ttl)?;
         match self.shared.extend(self.backend.as_ref(), ttl, false).await {
@@ -452,7 +454,15 @@ impl GuardView {
         self.shared.fence
     }
 
-    /// As [`LockGuard::is_lost`].
+    /// Whether the lock can still be relied on: its guard neither released it (or was
+    /// dropped) nor lost it. Check this, not [`is_lost`](Self::is_lost), before a side effect
+    /// made from a task that may outlive the guard.
+    pub fn is_held(&self) -> bool {
+        self.shared.is_held()
+    }
+
+    /// As [`LockGuard::is_lost`]. After the guard released the lock this stays `false` (a
+    /// release is no loss): see [`is_held`](Self::is_held).
     pub fn is_lost(&self) -> bool {
         self.shared.loss().is_some()
     }
@@ -462,7 +472,7 @@ impl GuardView {
         self.shared.loss()
     }
 
-    /// As [`LockGuard::lost`].
+    /// As [`LockGuard::lost`]; never completes after a release.
     pub async fn lost(&self) -> LostReason {
         self.shared.lost().await
     }

@@ -49,7 +49,10 @@ impl Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        held().remove(&self.id);
+        // The entry may hold the last handles on the backend and its observer: they are
+        // dropped after the registry's mutex, never under it.
+        let removed = held().remove(&self.id);
+        drop(removed);
     }
 }
 

@@ -163,8 +163,19 @@ impl Shared {
         Some(self.mark_lost(reason))
     }
 
-    /// Records the loss (the first reason stays) and returns the reason recorded.
+    /// Whether the lock can still be relied on: neither released (or dropped) by its guard nor
+    /// lost.
+    pub(super) fn is_held(&self) -> bool {
+        !self.ended.load(Ordering::Acquire) && self.loss().is_none()
+    }
+
+    /// Records the loss (the first reason stays) and returns the reason recorded. Nothing is
+    /// recorded once the holder let go of the lock: an answer that arrives after the release
+    /// is no loss.
     pub(crate) fn mark_lost(&self, reason: LostReason) -> LostReason {
+        if self.ended.load(Ordering::Acquire) {
+            return self.lost_reason().unwrap_or(reason);
+        }
         if self.lost_reason.set(reason).is_ok() {
             tracing::warn!(key_hash = %self.key_hash(), fence = %self.fence, %reason, "syncguard lock lost");
             if let Some(observer) = &self.observer {
@@ -221,6 +232,10 @@ impl Shared {
             if let Some(reason) = self.loss() {
                 return reason;
             }
+            if self.ended.load(Ordering::Acquire) {
+                // Released, not lost: nothing more will be reported.
+                return std::future::pending().await;
+            }
             let deadline = self.belief().deadline;
             tokio::select! {
                 () = tokio::time::sleep_until(deadline) => {}
@@ -229,18 +244,9 @@ impl Shared {
         }
     }
 
-    /// Waits until `at`, or until the deadline moves or the lock is lost.
-    pub(super) async fn wait_until(&self, at: Instant) {
-        let changed = self.changed.notified();
-        tokio::pin!(changed);
-        changed.as_mut().enable();
-        if self.loss().is_some() {
-            return;
-        }
-        tokio::select! {
-            () = tokio::time::sleep_until(at) => {}
-            () = changed => {}
-        }
+    /// Notified when the deadline moves or the lock is lost.
+    pub(super) fn changed(&self) -> &Notify {
+        &self.changed
     }
 
     /// Extends the lease to *now + `ttl`*, after any extend already in flight, and never
@@ -256,8 +262,9 @@ impl Shared {
         if self.loss().is_some() {
             return Extension::Lost;
         }
-        let deadline = self.belief().deadline;
         let mut in_flight = InFlight::send(self, ttl);
+        // Read after the send: the extend itself may have shortened the lease.
+        let deadline = self.belief().deadline;
         let reply = timeout_at(deadline, backend.extend(&self.lock_id, ttl)).await;
         let extension = match reply {
             Ok(Ok(ExtendOutcome::Extended { expires_at_ms })) => {

@@ -52,6 +52,7 @@
 
 mod config;
 mod error;
+mod in_doubt;
 mod session;
 
 use std::sync::Arc;
@@ -65,6 +66,7 @@ use sqlx::{AssertSqlSafe, PgPool, Row, SqlStr};
 use config::Names;
 pub use config::PostgresConfig;
 use error::map_error;
+use in_doubt::AcquireInDoubt;
 use session::{Attempt, Session, boxed};
 
 use crate::backend::{
@@ -297,6 +299,7 @@ impl PostgresBackend {
         let fence_key = make_fence_key("", &storage_key, STORAGE_KEY_LIMIT_BYTES, 0)?;
         let lock_id = LockId::generate();
         let (acquire, lookup_by_id) = (&self.inner.acquire, &self.inner.lookup_by_id);
+        let in_doubt = AcquireInDoubt::new(self, &lock_id, ttl);
         let outcome = self
             .session
             .run(|conn, attempt| {
@@ -328,7 +331,19 @@ impl PostgresBackend {
                     Ok(Acquired::Row(row))
                 })
             })
-            .await?;
+            .await;
+        let outcome = match outcome {
+            // A retry found another holder: the first run may still land.
+            Ok(Acquired::HeldByAnother) => return Ok(AcquireOutcome::Contended),
+            Ok(outcome) => {
+                in_doubt.settle();
+                outcome
+            }
+            Err(error) => {
+                in_doubt.settle_if_certain(&error);
+                return Err(error);
+            }
+        };
         match outcome {
             Acquired::Row(row) => {
                 if !row.try_get::<bool, _>(0).map_err(decode_error)? {

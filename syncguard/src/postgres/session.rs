@@ -73,13 +73,16 @@ impl Session {
     where
         F: for<'c> Fn(&'c mut PgConnection, Attempt) -> BoxFuture<'c, Result<T, sqlx::Error>>,
     {
-        let mut pooled = self.checkout().await?;
+        let mut pooled = Pooled {
+            conn: self.checkout().await?,
+            clean: true,
+        };
         let dead = match self.execute(&mut pooled, &statement, Attempt::First).await {
             Ok(value) => return Ok(value),
             Err(Failure::Other(error)) => return Err(error),
             Err(Failure::DeadConnection(error)) => error,
         };
-        drop(pooled); // closed: `execute` marked it
+        drop(pooled); // closed: its statement did not end normally
         tracing::debug!(error = %dead, "syncguard: PostgreSQL connection was dead; retrying once on a fresh one");
         let mut fresh = self.connect().await?;
         let result = self.execute(&mut fresh, &statement, Attempt::Retry).await;
@@ -105,33 +108,29 @@ impl Session {
         F: for<'c> Fn(&'c mut PgConnection, Attempt) -> BoxFuture<'c, Result<T, sqlx::Error>>,
         C: Checkout,
     {
-        let outcome = timeout(
-            self.operation_timeout,
-            statement(conn.connection(), attempt),
-        )
-        .await;
+        let outcome = timeout(self.operation_timeout, statement(conn.start(), attempt)).await;
         match outcome {
-            Ok(Ok(value)) => Ok(value),
+            Ok(Ok(value)) => {
+                conn.finish();
+                Ok(value)
+            }
             // A statement-level error (constraint, raised exception): the connection is fine.
             Ok(Err(error @ sqlx::Error::Database(_))) if !is_dead_connection(&error) => {
+                conn.finish();
                 Err(Failure::Other(map_error(error, Some(&self.pool))))
             }
+            // Anything else leaves the connection in doubt: it is closed when dropped.
             Ok(Err(error)) => {
-                conn.discard();
                 if is_dead_connection(&error) {
                     Err(Failure::DeadConnection(error))
                 } else {
                     Err(Failure::Other(map_error(error, Some(&self.pool))))
                 }
             }
-            Err(_elapsed) => {
-                // Mid-statement: what the connection will say next is unknown.
-                conn.discard();
-                Err(Failure::Other(LockError::network_timeout(format!(
-                    "PostgreSQL did not answer within the operation timeout ({:?})",
-                    self.operation_timeout
-                ))))
-            }
+            Err(_elapsed) => Err(Failure::Other(LockError::network_timeout(format!(
+                "PostgreSQL did not answer within the operation timeout ({:?})",
+                self.operation_timeout
+            )))),
         }
     }
 
@@ -225,29 +224,50 @@ fn is_dead_connection(error: &sqlx::Error) -> bool {
     }
 }
 
-/// A connection a statement runs on: pooled (discarded by closing instead of returning it)
-/// or opened for a retry (dropped anyway).
+/// A connection a statement runs on: pooled, or opened for a retry.
 trait Checkout {
-    fn connection(&mut self) -> &mut PgConnection;
-    fn discard(&mut self);
+    /// The connection, for a statement about to run on it.
+    fn start(&mut self) -> &mut PgConnection;
+    /// The statement ended normally: the connection is fit for the next one.
+    fn finish(&mut self);
 }
 
-impl Checkout for PoolConnection<Postgres> {
-    fn connection(&mut self) -> &mut PgConnection {
-        self
+/// A pooled connection that goes back to the pool only when its last statement ended
+/// normally. Dropped at any other point (the statement timed out, failed on the connection,
+/// or its future was dropped from outside, by a caller's timeout or a cancelled request), it
+/// is closed: what it would say next is unknown, and the pool's check of a returned
+/// connection would wait for that without a deadline.
+struct Pooled {
+    conn: PoolConnection<Postgres>,
+    clean: bool,
+}
+
+impl Checkout for Pooled {
+    fn start(&mut self) -> &mut PgConnection {
+        self.clean = false;
+        &mut self.conn
     }
 
-    fn discard(&mut self) {
-        self.close_on_drop();
+    fn finish(&mut self) {
+        self.clean = true;
     }
 }
 
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        if !self.clean {
+            self.conn.close_on_drop();
+        }
+    }
+}
+
+/// A connection opened for the retry is never returned anywhere: dropped, it closes.
 impl Checkout for PgConnection {
-    fn connection(&mut self) -> &mut PgConnection {
+    fn start(&mut self) -> &mut PgConnection {
         self
     }
 
-    fn discard(&mut self) {}
+    fn finish(&mut self) {}
 }
 
 /// `future`, boxed as a statement returns it.

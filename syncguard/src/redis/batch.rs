@@ -12,13 +12,13 @@
 //! per operation.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use ::redis::Value;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::error::{error_from_reply, unexpected_reply};
+use super::orphans::{Orphan, Orphans};
 use super::scripts::{self, LuaScript};
 use super::{Conn, ConnError, evalsha};
 use crate::time::TIME_TOLERANCE_MS;
@@ -36,11 +36,6 @@ const MAX_IN_FLIGHT: usize = 4;
 /// answered them (and the client while the server worked): the batches went in lockstep.
 /// Answered in groups, the first callers' next calls are sent while the others are answered.
 const REPLY_GROUP: usize = 16;
-
-/// The first and the longest pause between attempts to release locks nobody holds while the
-/// connection fails.
-const ORPHAN_RETRY_FIRST: Duration = Duration::from_millis(100);
-const ORPHAN_RETRY_MAX: Duration = Duration::from_secs(1);
 
 /// One call, with the keys and arguments the batch script takes for it.
 #[derive(Clone)]
@@ -115,9 +110,9 @@ pub(crate) struct Reply {
     pub(crate) now_ms: u64,
 }
 
-struct Call {
-    op: Op,
-    reply: oneshot::Sender<Result<Reply, LockError>>,
+pub(super) struct Call {
+    pub(super) op: Op,
+    pub(super) reply: oneshot::Sender<Result<Reply, LockError>>,
 }
 
 /// The queue in front of the batch task of one backend.
@@ -125,6 +120,7 @@ pub(crate) struct Batcher {
     conn: Conn,
     index_prefix: Arc<str>,
     queue: Mutex<Option<mpsc::UnboundedSender<Call>>>,
+    orphans: Arc<Orphans>,
 }
 
 impl Batcher {
@@ -133,6 +129,7 @@ impl Batcher {
             conn,
             index_prefix: index_prefix.into(),
             queue: Mutex::new(None),
+            orphans: Arc::default(),
         }
     }
 
@@ -162,6 +159,7 @@ impl Batcher {
         tokio::spawn(drive(
             self.conn.clone(),
             Arc::clone(&self.index_prefix),
+            Arc::clone(&self.orphans),
             receiver,
         ));
         // The receiver is alive: it was just handed to the task.
@@ -171,7 +169,12 @@ impl Batcher {
 }
 
 /// The batch task: ends when the backend (the only sender) is dropped.
-async fn drive(conn: Conn, index_prefix: Arc<str>, mut queue: mpsc::UnboundedReceiver<Call>) {
+async fn drive(
+    conn: Conn,
+    index_prefix: Arc<str>,
+    orphans: Arc<Orphans>,
+    mut queue: mpsc::UnboundedReceiver<Call>,
+) {
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     while let Some(first) = queue.recv().await {
         // Wait for a free slot first: calls made meanwhile join this batch.
@@ -188,21 +191,22 @@ async fn drive(conn: Conn, index_prefix: Arc<str>, mut queue: mpsc::UnboundedRec
         }
         let conn = conn.clone();
         let index_prefix = Arc::clone(&index_prefix);
+        let orphans = Arc::clone(&orphans);
         tokio::spawn(async move {
-            execute(&conn, &index_prefix, calls).await;
+            execute(&conn, &index_prefix, &orphans, calls).await;
             drop(slot);
         });
     }
 }
 
-/// Sends one batch and answers its callers. A lock nobody holds is released instead of
-/// staying held for its ttl: one taken for a caller that is gone (its future was dropped
-/// while waiting), and one whose acquire failed in a way that leaves open whether Redis
-/// applied it (a timeout, a broken connection), as a request held up in the network can be
-/// applied after its caller gave up.
-async fn execute(conn: &Conn, index_prefix: &Arc<str>, calls: Vec<Call>) {
+/// Sends one batch and answers its callers. A lock nobody holds is handed to `orphans`
+/// instead of staying held for its ttl: one taken for a caller that is gone (its future was
+/// dropped while waiting), and one whose acquire failed in a way that leaves open whether
+/// Redis applied it (a timeout, a broken connection: a request held up in the network runs
+/// when it arrives, after its caller gave up).
+async fn execute(conn: &Conn, index_prefix: &Arc<str>, orphans: &Arc<Orphans>, calls: Vec<Call>) {
     let sent = Instant::now();
-    let mut orphans = Vec::new();
+    let mut found = Vec::new();
     match send(conn, index_prefix, &calls).await {
         Ok(replies) => {
             for (i, (call, reply)) in calls.into_iter().zip(replies).enumerate() {
@@ -214,96 +218,39 @@ async fn execute(conn: &Conn, index_prefix: &Arc<str>, calls: Vec<Call>) {
                 if let Err(Ok(reply)) = call.reply.send(reply)
                     && matches!(reply.value, Value::BulkString(_))
                 {
-                    orphans.extend(Orphan::of(call.op, sent));
+                    found.extend(Orphan::taken(call.op, sent));
                 }
             }
         }
         Err(failure) => {
+            let in_doubt = failure.may_have_been_applied();
             for call in calls {
                 let _ = call.reply.send(Err(failure.to_lock_error()));
-                orphans.extend(Orphan::of(call.op, sent));
+                if in_doubt {
+                    found.extend(Orphan::in_doubt(call.op, sent));
+                }
             }
         }
     }
-    if !orphans.is_empty() {
-        // In a task of its own: it may wait for the connection, and must not hold a batch slot.
-        tokio::spawn(release_orphans(
-            conn.clone(),
-            Arc::clone(index_prefix),
-            orphans,
-        ));
-    }
-}
-
-/// A lock that may be stored with nobody holding it, and until when it can be.
-struct Orphan {
-    release: Op,
-    until: Instant,
-}
-
-impl Orphan {
-    /// The release of `op` if it is an acquire sent at `sent`; it cannot outlive its ttl and
-    /// the tolerance.
-    fn of(op: Op, sent: Instant) -> Option<Self> {
-        let Op::Acquire {
-            index_key,
-            lock_id,
-            ttl_ms,
-            ..
-        } = op
-        else {
-            return None;
-        };
-        Some(Self {
-            release: Op::Release {
-                lock_key: None,
-                index_key,
-                lock_id,
-            },
-            until: sent + Duration::from_millis(ttl_ms.saturating_add(TIME_TOLERANCE_MS)),
-        })
-    }
-}
-
-/// Releases `orphans` (each only if its lock id holds a lock) as soon as the connection
-/// answers, trying again while it fails, until each could no longer be stored anyway.
-async fn release_orphans(conn: Conn, index_prefix: Arc<str>, mut orphans: Vec<Orphan>) {
-    let mut pause = ORPHAN_RETRY_FIRST;
-    loop {
-        let now = Instant::now();
-        orphans.retain(|orphan| orphan.until > now);
-        if orphans.is_empty() {
-            return;
-        }
-        let calls: Vec<Call> = orphans
-            .iter()
-            .map(|orphan| Call {
-                op: orphan.release.clone(),
-                reply: oneshot::channel().0,
-            })
-            .collect();
-        match send(&conn, &index_prefix, &calls).await {
-            Ok(_) => {
-                tracing::debug!(count = calls.len(), "syncguard: released locks nobody held");
-                return;
-            }
-            Err(failure) => {
-                tracing::debug!(error = %failure.to_lock_error(), "syncguard: releasing locks nobody holds failed; trying again");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(ORPHAN_RETRY_MAX);
-            }
-        }
+    if !found.is_empty() {
+        orphans.add(found, conn, index_prefix);
     }
 }
 
 /// Why a whole batch failed; each of its callers gets the mapped error.
-enum Failure {
+pub(super) enum Failure {
     Conn(ConnError),
     Reply(Value),
 }
 
 impl Failure {
-    fn to_lock_error(&self) -> LockError {
+    /// Whether the batch may have run: a pooled connection that could not be had sent
+    /// nothing.
+    fn may_have_been_applied(&self) -> bool {
+        !matches!(self, Failure::Conn(ConnError::Pool(_)))
+    }
+
+    pub(super) fn to_lock_error(&self) -> LockError {
         match self {
             Failure::Conn(error) => error.to_lock_error(),
             Failure::Reply(reply) => unexpected_reply("batch", reply),
@@ -311,7 +258,7 @@ impl Failure {
     }
 }
 
-async fn send(
+pub(super) async fn send(
     conn: &Conn,
     index_prefix: &str,
     calls: &[Call],

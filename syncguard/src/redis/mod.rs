@@ -31,10 +31,12 @@
 //! An acquire whose answer never came (the response timeout passed, the connection broke)
 //! may still be applied by Redis later: a request held up in the network, or by a paused
 //! server, runs when it arrives. The backend then releases that lock id (only if it holds the
-//! lock) as soon as the connection answers again, trying until the lock's ttl is over. What
-//! remains possible: the key is held by nobody until that release lands (at most its ttl),
-//! and if the held request travels on a connection that was replaced meanwhile, it can land
-//! after the release, and the lock then stays until its ttl.
+//! lock) as soon as the connection answers again, trying until the lock's ttl is over; a
+//! release that finds nothing is sent three more times, a second apart, in case the held
+//! request arrives later on another connection (see `orphans`). What remains possible: the
+//! key is held by nobody until that release lands (at most its ttl), and a request held up
+//! longer than those resends lands after the last of them, so that its lock stays until its
+//! ttl.
 //!
 //! Fences survive a restart only if Redis persists them: run Redis with `appendonly yes` (AOF;
 //! `appendfsync everysec` loses at most about a second of writes on a crash, `always` none) or
@@ -80,6 +82,7 @@ mod config;
 mod error;
 mod keys;
 mod known;
+mod orphans;
 mod scripts;
 
 use std::fmt;

@@ -5,6 +5,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -16,6 +17,7 @@ pub struct Proxy {
     addr: SocketAddr,
     stalled: watch::Sender<bool>,
     connections: Arc<Mutex<Vec<AbortHandle>>>,
+    accepted: Arc<AtomicUsize>,
     accepting: AbortHandle,
 }
 
@@ -31,13 +33,16 @@ impl Proxy {
         let addr = listener.local_addr().expect("local address");
         let (stalled, watching) = watch::channel(false);
         let connections = Arc::new(Mutex::new(Vec::new()));
+        let accepted = Arc::new(AtomicUsize::new(0));
         let accepting = {
             let connections = Arc::clone(&connections);
+            let accepted = Arc::clone(&accepted);
             tokio::spawn(async move {
                 loop {
                     let Ok((client, _)) = listener.accept().await else {
                         continue;
                     };
+                    accepted.fetch_add(1, Ordering::SeqCst);
                     let task = tokio::spawn(forward(client, upstream, watching.clone()));
                     connections.lock().unwrap().push(task.abort_handle());
                 }
@@ -48,6 +53,7 @@ impl Proxy {
             addr,
             stalled,
             connections,
+            accepted,
             accepting,
         }
     }
@@ -74,9 +80,9 @@ impl Proxy {
         }
     }
 
-    /// How many connections went through so far (and are still open or were cut).
+    /// How many connections the proxy accepted so far.
     pub fn connections(&self) -> usize {
-        self.connections.lock().unwrap().len()
+        self.accepted.load(Ordering::SeqCst)
     }
 }
 

@@ -1,0 +1,87 @@
+//! Acquires whose outcome is unknown: one that timed out, whose connection failed, or whose
+//! caller dropped it mid-statement may have taken the lock, or may still take it when a
+//! statement held up in the network arrives. Nobody would hold that lock until its ttl ran
+//! out. Its lock id is unique to that attempt, so releasing it is safe whatever happened.
+
+use std::time::Duration;
+
+use tokio::time::{Instant, sleep};
+
+use super::PostgresBackend;
+use crate::backend::ReleaseOutcome;
+use crate::time::TIME_TOLERANCE_MS;
+use crate::{ErrorCode, LockError, LockId};
+
+/// How many times a lock in doubt is released before the backend gives up on it: a statement
+/// held up in the network can land after a release that found nothing.
+const RELEASES: u32 = 3;
+
+/// An acquire on its way. Unless [`settle`](Self::settle)d with a known outcome, dropping it
+/// releases its lock id in the background.
+pub(super) struct AcquireInDoubt {
+    backend: Option<PostgresBackend>,
+    lock_id: LockId,
+    ttl: Duration,
+}
+
+impl AcquireInDoubt {
+    pub(super) fn new(backend: &PostgresBackend, lock_id: &LockId, ttl: Duration) -> Self {
+        Self {
+            backend: Some(backend.clone()),
+            lock_id: lock_id.clone(),
+            ttl,
+        }
+    }
+
+    /// The outcome is known: the lock was taken (and handed to the caller) or certainly not.
+    pub(super) fn settle(mut self) {
+        self.backend = None;
+    }
+
+    /// Settles `self` if `error` says the statement cannot have taken the lock: it was never
+    /// sent (every pooled connection busy, a refused connection, bad input) or the server
+    /// refused it whole (a raised exception undoes the statement). Otherwise it stays in
+    /// doubt.
+    pub(super) fn settle_if_certain(self, error: &LockError) {
+        let certain = matches!(
+            error.code(),
+            ErrorCode::RateLimited
+                | ErrorCode::InvalidArgument
+                | ErrorCode::AuthFailed
+                | ErrorCode::Internal
+        );
+        if certain {
+            self.settle();
+        }
+    }
+}
+
+impl Drop for AcquireInDoubt {
+    fn drop(&mut self) {
+        let Some(backend) = self.backend.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (lock_id, ttl) = (self.lock_id.clone(), self.ttl);
+        runtime.spawn(release_in_doubt(backend, lock_id, ttl));
+    }
+}
+
+async fn release_in_doubt(backend: PostgresBackend, lock_id: LockId, ttl: Duration) {
+    // Past the lock's ttl and tolerance, it is gone anyway.
+    let gone = Instant::now() + ttl + Duration::from_millis(TIME_TOLERANCE_MS);
+    // Long enough for a statement still in flight to have landed.
+    let pause = backend.config().operation_timeout() * 2;
+    for _ in 0..RELEASES {
+        if let Ok(ReleaseOutcome::Released) = backend.release_impl(&lock_id).await {
+            tracing::debug!("syncguard: released a PostgreSQL lock whose acquire was in doubt");
+            return;
+        }
+        if Instant::now() + pause >= gone {
+            return;
+        }
+        sleep(pause).await;
+    }
+}
