@@ -57,6 +57,7 @@ impl Parse for Args {
                 "ttl" => set(&mut args.ttl, &name, duration(input, "ttl")?)?,
                 "backend" => set(&mut args.backend, &name, input.parse()?)?,
                 "wait" => {
+                    quoted_flag(input, "wait", "`wait = false` for a single attempt")?;
                     let wait = if input.peek(LitBool) {
                         let flag: LitBool = input.parse()?;
                         if flag.value {
@@ -96,7 +97,14 @@ impl Parse for Args {
                     &name,
                     choice(input, "jitter", &["equal", "full", "none"])?,
                 )?,
-                "heartbeat" => set(&mut args.heartbeat, &name, input.parse()?)?,
+                "heartbeat" => {
+                    quoted_flag(
+                        input,
+                        "heartbeat",
+                        "`heartbeat = false` or `heartbeat = true`",
+                    )?;
+                    set(&mut args.heartbeat, &name, input.parse()?)?;
+                }
                 "max_hold" => set(&mut args.max_hold, &name, duration(input, "max_hold")?)?,
                 "on_lost" => set(
                     &mut args.on_lost,
@@ -119,6 +127,25 @@ impl Parse for Args {
         }
         Ok(args)
     }
+}
+
+/// Catches a flag written as text (`wait = "false"`), a common slip since durations are text,
+/// and says how to write it.
+fn quoted_flag(input: ParseStream<'_>, what: &str, write: &str) -> syn::Result<()> {
+    let fork = input.fork();
+    let Ok(text) = fork.parse::<LitStr>() else {
+        return Ok(());
+    };
+    if matches!(text.value().trim(), "true" | "false") {
+        return Err(syn::Error::new(
+            text.span(),
+            format!(
+                "`{what} = {:?}` is text; write the flag without quotes: {write}",
+                text.value()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn set<T>(slot: &mut Option<T>, name: &Ident, value: T) -> syn::Result<()> {

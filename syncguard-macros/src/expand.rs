@@ -11,6 +11,7 @@ use crate::template::{self, Segment};
 pub(crate) fn expand(args: Args, item: ItemFn) -> syn::Result<TokenStream> {
     args.check()?;
     check_signature(&item)?;
+    check_guard_name(&args, &item)?;
     let krate = args
         .krate
         .clone()
@@ -133,14 +134,9 @@ fn check_signature(item: &ItemFn) -> syn::Result<()> {
     Ok(())
 }
 
-/// `String::from("...")` or `format!("...{}...", a, self.b.c)` for the key template.
-fn key_expression(key: &syn::LitStr, item: &ItemFn) -> syn::Result<TokenStream> {
-    let span = key.span();
-    let segments =
-        template::parse(&key.value()).map_err(|message| syn::Error::new(span, message))?;
-    let has_receiver = item.sig.receiver().is_some();
-    let params: Vec<String> = item
-        .sig
+/// The names the function's parameters bind (those written as plain identifiers).
+fn parameter_names(item: &ItemFn) -> Vec<String> {
+    item.sig
         .inputs
         .iter()
         .filter_map(|arg| match arg {
@@ -150,7 +146,34 @@ fn key_expression(key: &syn::LitStr, item: &ItemFn) -> syn::Result<TokenStream> 
             },
             FnArg::Receiver(_) => None,
         })
-        .collect();
+        .collect()
+}
+
+/// `guard = name` must not shadow a parameter: the body would silently see the guard.
+fn check_guard_name(args: &Args, item: &ItemFn) -> syn::Result<()> {
+    let Some(guard) = &args.guard else {
+        return Ok(());
+    };
+    let name = guard.to_string();
+    if name == "self" || parameter_names(item).contains(&name) {
+        return Err(syn::Error::new(
+            guard.span(),
+            format!(
+                "`guard = {name}` would hide the parameter `{name}` of `{}` from the body; choose another name, e.g. `guard = lock`",
+                item.sig.ident
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `String::from("...")` or `format!("...{}...", a, self.b.c)` for the key template.
+fn key_expression(key: &syn::LitStr, item: &ItemFn) -> syn::Result<TokenStream> {
+    let span = key.span();
+    let segments =
+        template::parse(&key.value()).map_err(|message| syn::Error::new(span, message))?;
+    let has_receiver = item.sig.receiver().is_some();
+    let params = parameter_names(item);
 
     let mut format = String::new();
     let mut values = Vec::new();

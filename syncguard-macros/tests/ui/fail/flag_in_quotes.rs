@@ -1,0 +1,13 @@
+use syncguard::{LockError, locked};
+
+#[locked(key = "job", wait = "false")]
+async fn once() -> Result<(), LockError> {
+    Ok(())
+}
+
+#[locked(key = "job", heartbeat = "false")]
+async fn unkept() -> Result<(), LockError> {
+    Ok(())
+}
+
+fn main() {}
