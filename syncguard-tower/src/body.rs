@@ -12,8 +12,8 @@ use pin_project_lite::pin_project;
 use syncguard::{LockError, LockGuard};
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
-/// The error type of [`LockBody`].
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+/// The error type of [`LockBody`]: syncguard's own boxed error.
+pub use syncguard::BoxError;
 
 type ReleaseFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 

@@ -353,7 +353,7 @@ mod path_param {
 }
 
 /// The value of `{name}` (or `{*name}`) of `route` in `path`, percent-decoded.
-#[cfg_attr(not(feature = "axum"), allow(dead_code))]
+#[cfg(feature = "axum")]
 fn route_param(route: &str, path: &str, name: &str) -> Option<String> {
     let mut path_segments = path.split('/');
     for template in route.split('/') {
@@ -375,23 +375,13 @@ fn route_param(route: &str, path: &str, name: &str) -> Option<String> {
     None
 }
 
+/// `text` with its `%XX` escapes decoded (invalid ones kept as they are), as UTF-8 with
+/// invalid sequences replaced.
+#[cfg(feature = "axum")]
 fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let (Some(high), Some(low)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                out.push((high * 16 + low) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 #[cfg(test)]
@@ -399,6 +389,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg(feature = "axum")]
     fn route_params_are_found_and_decoded() {
         assert_eq!(
             route_param("/jobs/{id}/run", "/jobs/42/run", "id").as_deref(),

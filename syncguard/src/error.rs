@@ -76,7 +76,8 @@ pub enum LockError {
 
     /// The lock stayed held by someone else for as long as the caller was willing to wait.
     #[error(
-        "lock still held by another owner after {attempts} attempts in {elapsed:?}; wait longer or retry later"
+        "lock still held by another owner after {attempts} attempt{} in {elapsed:?}; wait longer or retry later",
+        if *attempts == 1 { "" } else { "s" }
     )]
     AcquisitionTimeout {
         /// How many acquire attempts were made.

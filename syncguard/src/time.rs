@@ -10,6 +10,11 @@ use crate::LockError;
 /// holds it.
 pub const TIME_TOLERANCE_MS: u64 = 1000;
 
+/// How far past the tolerance an expired lock must be before a cleanup deletes it, so that
+/// cleanup can never race an extend that is renewing it. The same for every backend that
+/// cleans up.
+pub const CLEANUP_GUARD_MS: u64 = 2000;
+
 /// The longest ttl accepted: one year. Longer leases are a misuse (use a heartbeat instead),
 /// and the bound keeps every expiry well inside the integer range all backends store.
 pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 60 * 60);

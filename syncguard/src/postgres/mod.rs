@@ -85,9 +85,7 @@ pub const SCHEMA_SQL: &str = include_str!("schema.sql");
 /// PostgreSQL's B-tree entries.
 pub const STORAGE_KEY_LIMIT_BYTES: usize = 1700;
 
-/// How far past the tolerance a lock must be before cleanup deletes it, so that cleanup can
-/// never race an extend that is renewing it.
-pub const CLEANUP_GUARD_MS: u64 = 2000;
+pub use crate::time::CLEANUP_GUARD_MS;
 
 /// The server's clock in Unix milliseconds, in every statement.
 macro_rules! now_ms {

@@ -24,7 +24,7 @@ pub const MAX_PREFIX_BYTES: usize = 128;
 /// ```
 /// assert!(syncguard::redis::CLEANUP_GUARD_MS >= 2000);
 /// ```
-pub const CLEANUP_GUARD_MS: u64 = 2000;
+pub use crate::time::CLEANUP_GUARD_MS;
 
 /// Layout and behaviour settings shared by every connection mode.
 ///
