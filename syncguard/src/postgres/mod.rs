@@ -330,20 +330,12 @@ impl PostgresBackend {
                 })
             })
             .await;
-        let outcome = match outcome {
-            // A retry found another holder: the first run may still land.
-            Ok(Acquired::HeldByAnother) => return Ok(AcquireOutcome::Contended),
-            Ok(outcome) => {
-                in_doubt.settle();
-                outcome
-            }
-            Err(error) => {
-                in_doubt.settle_if_certain(&error);
-                return Err(error);
-            }
-        };
         match outcome {
-            Acquired::Row(row) => {
+            // A retry found another holder: the first run may still land, so the acquire stays
+            // in doubt (released in the background when `in_doubt` drops).
+            Ok(Acquired::HeldByAnother) => Ok(AcquireOutcome::Contended),
+            Ok(Acquired::Row(row)) => {
+                in_doubt.settle();
                 if !row.try_get::<bool, _>(0).map_err(decode_error)? {
                     return Ok(AcquireOutcome::Contended);
                 }
@@ -355,7 +347,8 @@ impl PostgresBackend {
                     fence,
                 )))
             }
-            Acquired::OwnLock(row) => {
+            Ok(Acquired::OwnLock(row)) => {
+                in_doubt.settle();
                 let fence: String = row.try_get(4).map_err(decode_error)?;
                 Ok(AcquireOutcome::Acquired(Lease::new(
                     lock_id,
@@ -363,7 +356,10 @@ impl PostgresBackend {
                     fence.parse()?,
                 )))
             }
-            Acquired::HeldByAnother => Ok(AcquireOutcome::Contended),
+            Err(error) => {
+                in_doubt.settle_if_certain(&error);
+                Err(error)
+            }
         }
     }
 
