@@ -19,7 +19,7 @@ pub(crate) const TTL: Duration = Duration::from_secs(1);
 const WORKERS_PER_INSTANCE: usize = 8;
 /// Traffic before the fault, and after it healed.
 const BEFORE: Duration = Duration::from_millis(1500);
-const AFTER: Duration = Duration::from_secs(3);
+const AFTER: Duration = Duration::from_secs(4);
 /// How long a healed backend may take to serve a fresh acquire and release.
 const RECOVERY_LIMIT: Duration = Duration::from_secs(10);
 
@@ -180,8 +180,8 @@ impl Worker {
             let acquired = Instant::now();
             // Mostly short holds; some outlast the ttl, kept by the heartbeat, so that a
             // fault finds holders whose lease it must end.
-            let hold_ms = if rand::rng().random_bool(0.2) {
-                rand::rng().random_range(1_000..2_500)
+            let hold_ms = if rand::rng().random_bool(0.15) {
+                rand::rng().random_range(1_000..1_500)
             } else {
                 rand::rng().random_range(20..300)
             };
