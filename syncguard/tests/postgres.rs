@@ -138,6 +138,13 @@ async fn concurrent_setup_with_custom_schema_and_names() {
 #[tokio::test]
 async fn invalid_and_injected_names_are_rejected_and_change_nothing() {
     let pool = pool(2).await;
+    // Every test creates its tables through setup_schema, which takes this advisory lock:
+    // holding it keeps the other tests' tables out of the count below.
+    let mut quiet = PgConnection::connect(&postgres_url()).await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock(hashtext('syncguard:setup_schema'))")
+        .execute(&mut quiet)
+        .await
+        .unwrap();
     let tables_before: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_tables")
         .fetch_one(&pool)
         .await
@@ -161,6 +168,10 @@ async fn invalid_and_injected_names_are_rejected_and_change_nothing() {
     }
     let tables_after: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_tables")
         .fetch_one(&pool)
+        .await
+        .unwrap();
+    sqlx::query("SELECT pg_advisory_unlock(hashtext('syncguard:setup_schema'))")
+        .execute(&mut quiet)
         .await
         .unwrap();
     assert_eq!(tables_before, tables_after);
