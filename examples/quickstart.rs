@@ -12,14 +12,16 @@ async fn main() -> Result<(), syncguard::LockError> {
     let backend = MemoryBackend::new();
 
     // Four workers want the same key; they take turns, and every turn gets a larger fence.
-    let options = LockOptions::new("report:daily")
-        .with_ttl(Duration::from_secs(5))
-        .with_retry(RetryPolicy::new().with_timeout(Duration::from_secs(10)));
+    // The options are the policy, apart from the key: one value serves every worker.
+    let options = LockOptions::builder()
+        .ttl(Duration::from_secs(5))
+        .retry(RetryPolicy::wait_for(Duration::from_secs(10)))
+        .build()?;
     let workers: Vec<_> = (1..=4)
         .map(|worker| {
             let (backend, options) = (backend.clone(), options.clone());
             tokio::spawn(async move {
-                syncguard::with_lock(&backend, &options, async |guard| {
+                syncguard::with_lock(&backend, "report:daily", &options, async |guard| {
                     println!(
                         "worker {worker}: holding report:daily, fence {}",
                         guard.fence()
@@ -36,22 +38,21 @@ async fn main() -> Result<(), syncguard::LockError> {
     }
 
     // A 2-second job under a 500 ms ttl: the heartbeat extends the lock while the job runs,
-    // so nobody else can take it.
-    let long = LockOptions::new("import:big").with_ttl(Duration::from_millis(500));
-    let guard = syncguard::acquire(&backend, &long).await?;
+    // so nobody else can take it. A rival makes one attempt each time (`try_acquire`), and
+    // finds the key held.
+    let short = LockOptions::builder()
+        .ttl(Duration::from_millis(500))
+        .build()?;
+    let guard = syncguard::acquire(&backend, "import:big", &short).await?;
     let first_expiry = guard.expires_at_ms();
-    for second in 1..=4 {
+    for step in 1..=4 {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let rival = syncguard::acquire(
-            &backend,
-            &LockOptions::new("import:big").with_retry(RetryPolicy::single_attempt()),
-        )
-        .await;
+        let rival = syncguard::try_acquire(&backend, "import:big", &short).await?;
         println!(
             "long job: {} ms in, expiry moved by {} ms, rival refused: {}",
-            second * 500,
+            step * 500,
             guard.expires_at_ms() - first_expiry,
-            rival.is_err_and(|e| e.is_contended()),
+            rival.is_none(),
         );
     }
     assert!(!guard.is_lost());

@@ -20,6 +20,8 @@ fi
 if [ "${1:-}" != "--tests" ]; then
   log "cargo fmt --check"
   cargo fmt --all --check
+  log "no two modules import each other"
+  python3 scripts/check-module-cycles.py syncguard/src syncguard-tower/src syncguard-macros/src
   log "cargo clippy"
   cargo clippy --workspace --all-targets --all-features -- -D warnings
   log "cargo doc"

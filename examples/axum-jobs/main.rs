@@ -20,7 +20,7 @@ use http::Request;
 use http_body_util::BodyExt;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use syncguard::LockBackend;
+use syncguard::{LockBackend, LockOptions, RetryPolicy};
 use syncguard_tower::{HeldLock, LockLayer, key};
 
 /// Creates the job. Runs under the lock of its Idempotency-Key, kept by the heartbeat for as
@@ -34,8 +34,8 @@ async fn backend(url: Option<String>) -> Result<Arc<dyn LockBackend>, syncguard:
     Ok(match url {
         None => Arc::new(syncguard::MemoryBackend::new()),
         Some(url) if url.starts_with("postgres") => {
-            use syncguard::postgres::{PostgresBackend, PostgresConfig, setup_schema};
-            let backend = PostgresBackend::connect(&url, PostgresConfig::new()).await?;
+            use syncguard::postgres::{PostgresBackend, setup_schema};
+            let backend = PostgresBackend::connect(&url).await?;
             setup_schema(backend.pool(), backend.config()).await?;
             Arc::new(backend)
         }
@@ -46,11 +46,16 @@ async fn backend(url: Option<String>) -> Result<Arc<dyn LockBackend>, syncguard:
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let backend = backend(std::env::args().nth(1)).await?;
-    let app = Router::new().route("/jobs", post(create_job)).layer(
-        LockLayer::for_axum(backend, key::header("idempotency-key"))
-            .with_ttl(Duration::from_secs(2))
-            .with_max_hold(Duration::from_secs(60)),
-    );
+    // A short ttl frees the key soon after a replica crashes (the heartbeat keeps it while the
+    // handler runs); a held key is answered 423 at once; no handler holds a key past a minute.
+    let options = LockOptions::builder()
+        .ttl(Duration::from_secs(2))
+        .retry(RetryPolicy::single_attempt())
+        .max_hold(Duration::from_secs(60))
+        .build()?;
+    let app = Router::new()
+        .route("/jobs", post(create_job))
+        .layer(LockLayer::for_axum(backend, key::header("idempotency-key")).with_options(options));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
     tokio::spawn(async move { axum::serve(listener, app).await });

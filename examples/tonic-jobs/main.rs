@@ -16,7 +16,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::uri::PathAndQuery;
-use syncguard::MemoryBackend;
+use syncguard::{LockOptions, MemoryBackend, RetryPolicy};
 use syncguard_tower::{HeldLock, LockLayer, key};
 use tonic::body::Body;
 use tonic::server::NamedService;
@@ -113,8 +113,12 @@ async fn call(url: String, job_id: &str) -> Result<String, Box<dyn std::error::E
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", listener.local_addr()?);
+    let options = LockOptions::builder()
+        .ttl(Duration::from_secs(2))
+        .retry(RetryPolicy::single_attempt()) // a running job answers ABORTED at once
+        .build()?;
     let layer = LockLayer::for_grpc(MemoryBackend::new(), key::path_and_header("x-job-id"))
-        .with_ttl(Duration::from_secs(2));
+        .with_options(options);
     tokio::spawn(
         Server::builder()
             .layer(layer)

@@ -3,12 +3,13 @@
 //! at a time across every worker, however many processes share the backend.
 //!
 //! ```sh
-//! cargo run --example worker                                  # in-memory default backend
-//! cargo run --example worker -- postgres://user@host/db       # PostgreSQL (creates its tables)
-//! cargo run --example worker -- redis://127.0.0.1:6379        # Redis
+//! cargo run --example worker --features worker                            # in-memory
+//! cargo run --example worker --features worker -- postgres://user@host/db # PostgreSQL
+//! cargo run --example worker --features worker -- redis://127.0.0.1:6379  # Redis
 //! ```
 //!
-//! Start it in two terminals against the same PostgreSQL or Redis to see two processes share
+//! Without a URL the default backend is in memory; PostgreSQL gets its tables created. Start
+//! it in two terminals against the same PostgreSQL or Redis to see two processes share
 //! the work. Ctrl-C stops it the way a service should: `syncguard::shutdown` releases the
 //! locks of the jobs cut short, so the other process can take them at once instead of after
 //! their ttl.
@@ -39,9 +40,11 @@ impl From<LockError> for JobError {
     }
 }
 
-/// Processes one job. `wait = false`: if another worker holds the job, skip this delivery.
-/// The 1 s ttl is shorter than some jobs; the heartbeat keeps the lock meanwhile.
-#[locked(key = "job:{id}", ttl = "1s", wait = false, guard = lock)]
+/// Processes one job. `wait = false`: if another worker holds the job, skip this delivery
+/// (`LockError::Contended`). The 1 s ttl is shorter than some jobs; the heartbeat keeps the
+/// lock meanwhile. `show_key = true`: job ids are no secret, so errors and the hold's
+/// `syncguard.hold` span name the job's key, not only its hash.
+#[locked(key = "job:{id}", ttl = "1s", wait = false, show_key = true, guard = lock)]
 async fn handle(id: u64, worker: usize, results: &Mutex<Results>) -> Result<(), JobError> {
     if results.lock().unwrap().written.contains_key(&id) {
         println!("worker {worker}: job {id} already done, skipping");
@@ -75,14 +78,13 @@ async fn set_backend(url: Option<&str>) -> Result<&'static str, LockError> {
             Ok("in-memory")
         }
         Some(url) if url.starts_with("postgres") => {
-            use syncguard::postgres::{PostgresBackend, PostgresConfig, setup_schema};
-            let backend = PostgresBackend::connect(url, PostgresConfig::new()).await?;
-            setup_schema(backend.pool(), backend.config()).await?;
+            let backend = syncguard::PostgresBackend::connect(url).await?;
+            syncguard::postgres::setup_schema(backend.pool(), backend.config()).await?;
             syncguard::set_default_backend(backend)?;
             Ok("PostgreSQL")
         }
         Some(url) if url.starts_with("redis") => {
-            let backend = syncguard::redis::RedisBackend::connect(url).await?;
+            let backend = syncguard::RedisBackend::connect(url).await?;
             syncguard::set_default_backend(backend)?;
             Ok("Redis")
         }
@@ -112,8 +114,8 @@ async fn main() -> Result<(), LockError> {
                     };
                     match handle(id, worker, &results).await {
                         Ok(()) => {}
-                        Err(JobError::Lock(error)) if error.is_contended() => {
-                            println!("worker {worker}: job {id} is being run elsewhere, skipping");
+                        Err(JobError::Lock(LockError::Contended { lock })) => {
+                            println!("worker {worker}: lock {lock} is held elsewhere, skipping");
                         }
                         Err(JobError::StaleFence { job }) => {
                             println!(

@@ -1,5 +1,7 @@
-//! `#[locked]` against the guard API called directly, on `MemoryBackend`: the cost the macro
-//! adds to an acquire + body + release cycle.
+//! `#[locked]` against the guard API called directly and against `with_lock` (what the macro
+//! does, by hand), on `MemoryBackend`: the cost the macro adds to an acquire + body + release
+//! cycle. The guard path skips what `with_lock` and `#[locked]` add to a bare cycle: the body
+//! run in the hold's span and raced against loss, and the release waited for under a timeout.
 //!
 //! `cargo bench -p syncguard-macros --bench locked`
 
@@ -14,10 +16,19 @@ async fn with_macro(backend: &MemoryBackend, n: u64) -> Result<u64, LockError> {
 }
 
 async fn with_guard(backend: &MemoryBackend, n: u64) -> Result<u64, LockError> {
-    let guard = syncguard::acquire(backend, &LockOptions::new(format!("bench:{n}"))).await?;
+    let options = LockOptions::default();
+    let guard = syncguard::acquire(backend, &format!("bench:{n}"), &options).await?;
     let result = Ok(black_box(n));
     guard.release().await?;
     result
+}
+
+async fn with_lock(backend: &MemoryBackend, n: u64) -> Result<u64, LockError> {
+    let options = LockOptions::default();
+    syncguard::with_lock(backend, &format!("bench:{n}"), &options, async |_| {
+        Ok(black_box(n))
+    })
+    .await
 }
 
 const CALLS: u64 = 20_000;
@@ -32,16 +43,29 @@ fn median(values: &mut [f64]) -> f64 {
     values[values.len() / 2]
 }
 
-/// `SYNCGUARD_BENCH_PATH=macro|guard SYNCGUARD_BENCH_CALLS=n` runs one path only, for counting
-/// instructions under `valgrind --tool=callgrind`, which is deterministic where wall-clock
-/// timings on a shared 2-core machine are not.
+/// The paths measured, as named in the table and in `SYNCGUARD_BENCH_PATH`.
+const PATHS: [(&str, &str); 3] = [
+    ("guard", "guard API (acquire, body, release)"),
+    ("with_lock", "`with_lock`"),
+    ("macro", "`#[locked]`"),
+];
+
+async fn call(path: &str, backend: &MemoryBackend, n: u64) {
+    match path {
+        "macro" => with_macro(backend, n % 4).await,
+        "with_lock" => with_lock(backend, n % 4).await,
+        _ => with_guard(backend, n % 4).await,
+    }
+    .unwrap();
+}
+
+/// `SYNCGUARD_BENCH_PATH=guard|with_lock|macro SYNCGUARD_BENCH_CALLS=n` runs one path only,
+/// for counting instructions under `valgrind --tool=callgrind`, which is deterministic where
+/// wall-clock timings on a shared 2-core machine are not.
 async fn one_path(path: &str, calls: u64) {
     let backend = MemoryBackend::new();
     for n in 0..calls {
-        match path {
-            "macro" => with_macro(&backend, n % 4).await.unwrap(),
-            _ => with_guard(&backend, n % 4).await.unwrap(),
-        };
+        call(path, &backend, n).await;
     }
 }
 
@@ -60,31 +84,37 @@ fn main() {
     }
     runtime.block_on(async {
         let backend = MemoryBackend::new();
-        // Warm up both paths.
-        for n in 0..CALLS {
-            with_macro(&backend, n % 4).await.unwrap();
-            with_guard(&backend, n % 4).await.unwrap();
+        // Warm up every path.
+        for (path, _) in PATHS {
+            for n in 0..CALLS {
+                call(path, &backend, n).await;
+            }
         }
-        let (mut macro_ns, mut guard_ns) = (Vec::new(), Vec::new());
-        // Alternate rounds so that drift in machine load hits both alike.
+        let mut timings = PATHS.map(|_| Vec::new());
+        // Alternate rounds so that drift in machine load hits every path alike.
         for _ in 0..ROUNDS {
-            let started = Instant::now();
-            for n in 0..CALLS {
-                with_macro(&backend, n % 4).await.unwrap();
+            for ((path, _), ns) in PATHS.iter().zip(&mut timings) {
+                let started = Instant::now();
+                for n in 0..CALLS {
+                    call(path, &backend, n).await;
+                }
+                ns.push(per_call(started.elapsed()));
             }
-            macro_ns.push(per_call(started.elapsed()));
-            let started = Instant::now();
-            for n in 0..CALLS {
-                with_guard(&backend, n % 4).await.unwrap();
-            }
-            guard_ns.push(per_call(started.elapsed()));
         }
-        let (m, g) = (median(&mut macro_ns), median(&mut guard_ns));
-        println!("acquire + body + release on MemoryBackend, median of {ROUNDS} rounds of {CALLS} calls:\n");
+        let medians = timings.map(|mut ns| median(&mut ns));
+        println!(
+            "acquire + body + release on MemoryBackend, median of {ROUNDS} rounds of {CALLS} calls:\n"
+        );
         println!("| path | ns per call |");
         println!("|---|---:|");
-        println!("| guard API (acquire, body, release) | {g:.0} |");
-        println!("| #[locked] | {m:.0} |");
-        println!("\noverhead of #[locked]: {:+.1} %", (m / g - 1.0) * 100.0);
+        for ((_, label), ns) in PATHS.iter().zip(medians) {
+            println!("| {label} | {ns:.0} |");
+        }
+        let [guard, with_lock, locked] = medians;
+        println!(
+            "\n`#[locked]`: {:+.1} % over the guard API, {:+.1} % over `with_lock`",
+            (locked / guard - 1.0) * 100.0,
+            (locked / with_lock - 1.0) * 100.0
+        );
     });
 }

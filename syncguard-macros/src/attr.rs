@@ -8,7 +8,7 @@ use syn::parse::{Parse, ParseStream};
 use syn::{Expr, Ident, LitBool, LitInt, LitStr, Path, Token};
 
 /// The names `#[locked]` accepts, for error messages.
-const KNOWN: &str = "key, ttl, backend, wait, retries, retry_delay, backoff, jitter, heartbeat, max_hold, on_lost, guard, crate";
+const KNOWN: &str = "key, ttl, backend, wait, retries, retry_delay, backoff, jitter, heartbeat, max_hold, on_lost, show_key, guard, crate";
 
 /// A duration written as text, checked at compile time.
 pub(crate) struct DurationArg {
@@ -42,6 +42,7 @@ pub(crate) struct Args {
     pub(crate) heartbeat: Option<LitBool>,
     pub(crate) max_hold: Option<DurationArg>,
     pub(crate) on_lost: Option<Choice>,
+    pub(crate) show_key: Option<LitBool>,
     pub(crate) guard: Option<Ident>,
 }
 
@@ -111,6 +112,10 @@ impl Parse for Args {
                     &name,
                     choice(input, "on_lost", &["cancel", "notify"])?,
                 )?,
+                "show_key" => {
+                    quoted_flag(input, "show_key", "`show_key = true`")?;
+                    set(&mut args.show_key, &name, input.parse()?)?;
+                }
                 "guard" => set(&mut args.guard, &name, input.parse()?)?,
                 "crate" => set(&mut args.krate, &name, Path::parse_mod_style(input)?)?,
                 _ => {

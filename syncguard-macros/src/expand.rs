@@ -11,12 +11,14 @@ use crate::template::{self, Segment};
 pub(crate) fn expand(args: Args, item: ItemFn) -> syn::Result<TokenStream> {
     args.check()?;
     check_signature(&item)?;
+    let ret = return_type(&item)?.clone();
     check_guard_name(&args, &item)?;
     let krate = args
         .krate
         .clone()
         .map_or_else(|| quote!(::syncguard), |path| quote!(#path));
-    let private = quote!(#krate::__private);
+    // What the generated code needs beside the public API: two traits.
+    let support = quote!(#krate::macro_support);
 
     let key = args.key.as_ref().ok_or_else(|| {
         syn::Error::new(
@@ -25,42 +27,28 @@ pub(crate) fn expand(args: Args, item: ItemFn) -> syn::Result<TokenStream> {
         )
     })?;
     let key_expr = key_expression(key, &item)?;
+    let options = options(&args, &krate);
 
-    let ttl = args
-        .ttl
-        .as_ref()
-        .map(|ttl| duration(&private, ttl))
-        .map(|ttl| quote!(.with_ttl(#ttl)));
-    let retry = retry_policy(&args, &private);
-    let heartbeat = args.heartbeat.as_ref().map(|h| quote!(.with_heartbeat(#h)));
-    let max_hold = args
-        .max_hold
-        .as_ref()
-        .map(|d| duration(&private, d))
-        .map(|d| quote!(.with_max_hold(#d)));
-    let on_lost = match args.on_lost.as_ref().map(|c| (c.value.as_str(), c.span)) {
-        Some(("notify", span)) => quote_spanned!(span=> #private::OnLost::Notify),
-        _ => quote!(#private::OnLost::Cancel),
-    };
-
-    let (ret, ret_span) = match &item.sig.output {
-        ReturnType::Type(_, ty) => (quote!(#ty), ty.span()),
-        ReturnType::Default => (quote!(()), item.sig.ident.span()),
-    };
-    let nameable_ret = !mentions_impl_trait(&item.sig.output);
+    let ret_span = ret.span();
+    let nameable_ret = !mentions_impl_trait(&ret);
     let from_lock_error =
-        quote_spanned!(ret_span=> <#ret as #private::LockedResult>::from_lock_error);
+        quote_spanned!(ret_span=> <#ret as #support::LockedResult>::from_lock_error);
 
+    // A reference to the backend, of a type `acquire` takes.
     let backend = match &args.backend {
-        Some(expr) => quote_spanned! {expr.span()=> {
-            use #private::SharedBackend as _;
-            (#expr).shared_backend()
-        }},
+        Some(expr) => quote_spanned! {expr.span()=>
+            // `&` extends the life of a temporary (`backend = MemoryBackend::new()`).
+            let __syncguard_backend = &(#expr);
+            let __syncguard_backend = {
+                use #support::BackendArg as _;
+                (*__syncguard_backend).as_lock_backend()
+            };
+        },
         None => quote! {
-            match #private::default_backend() {
+            let __syncguard_backend = &match #krate::default_backend() {
                 ::core::result::Result::Ok(backend) => backend,
                 ::core::result::Result::Err(error) => return #from_lock_error(error),
-            }
+            };
         },
     };
     let guard_binding = args
@@ -89,14 +77,14 @@ pub(crate) fn expand(args: Args, item: ItemFn) -> syn::Result<TokenStream> {
     Ok(quote! {
         #(#attrs)*
         #vis #sig {
-            let __syncguard_options = #private::LockOptions::new(#key_expr)
-                #ttl
-                .with_retry(#retry)
-                #heartbeat
-                #max_hold;
-            let __syncguard_backend = #backend;
+            let __syncguard_key: ::std::string::String = #key_expr;
+            let __syncguard_options = match #options {
+                ::core::result::Result::Ok(options) => options,
+                ::core::result::Result::Err(error) => return #from_lock_error(error),
+            };
+            #backend
             let __syncguard_guard =
-                match #private::acquire_shared(__syncguard_backend, &__syncguard_options).await {
+                match #krate::acquire(__syncguard_backend, &__syncguard_key, &__syncguard_options).await {
                     ::core::result::Result::Ok(guard) => guard,
                     ::core::result::Result::Err(error) => return #from_lock_error(error),
                 };
@@ -106,15 +94,48 @@ pub(crate) fn expand(args: Args, item: ItemFn) -> syn::Result<TokenStream> {
                     #pin_return_type
                     #(#stmts)*
                 };
-                match #private::run_guarded(&__syncguard_guard, #on_lost, __syncguard_body).await {
+                match __syncguard_guard.run(__syncguard_body).await {
                     ::core::result::Result::Ok(result) => result,
-                    ::core::result::Result::Err(reason) => #from_lock_error(#private::lost(reason)),
+                    ::core::result::Result::Err(error) => #from_lock_error(error),
                 }
             };
-            #private::release_logged(__syncguard_guard).await;
+            __syncguard_guard.release_logged().await;
             __syncguard_result
         }
     })
+}
+
+/// `LockOptions::builder()` with the arguments given, then `.build()`: the defaults of
+/// `LockOptions` are those of `#[locked]`.
+fn options(args: &Args, krate: &TokenStream) -> TokenStream {
+    let ttl = args.ttl.as_ref().map(|ttl| {
+        let ttl = duration(ttl);
+        quote!(.ttl(#ttl))
+    });
+    let retry = retry_policy(args, krate).map(|retry| quote!(.retry(#retry)));
+    let heartbeat = args.heartbeat.as_ref().map(|h| quote!(.heartbeat(#h)));
+    let max_hold = args.max_hold.as_ref().map(|d| {
+        let d = duration(d);
+        quote!(.max_hold(#d))
+    });
+    let on_lost = args.on_lost.as_ref().map(|choice| {
+        let variant = match choice.value.as_str() {
+            "notify" => quote_spanned!(choice.span=> Notify),
+            _ => quote_spanned!(choice.span=> Cancel),
+        };
+        quote!(.on_lost(#krate::OnLost::#variant))
+    });
+    let show_key = args.show_key.as_ref().map(|s| quote!(.show_key(#s)));
+    quote! {
+        #krate::LockOptions::builder()
+            #ttl
+            #retry
+            #heartbeat
+            #max_hold
+            #on_lost
+            #show_key
+            .build()
+    }
 }
 
 fn check_signature(item: &ItemFn) -> syn::Result<()> {
@@ -134,19 +155,55 @@ fn check_signature(item: &ItemFn) -> syn::Result<()> {
     Ok(())
 }
 
-/// The names the function's parameters bind (those written as plain identifiers).
+/// The declared return type, which must be there: lock failures reach the caller through it.
+fn return_type(item: &ItemFn) -> syn::Result<&Type> {
+    match &item.sig.output {
+        ReturnType::Type(_, ty) => Ok(ty),
+        ReturnType::Default => Err(syn::Error::new(
+            item.sig.paren_token.span.close(),
+            format!(
+                "`#[locked]` functions must return `Result<T, E>` where `E: From<syncguard::LockError>`, through which lock failures reach the caller; `{}` returns nothing: write e.g. `-> Result<(), syncguard::LockError>`",
+                item.sig.ident
+            ),
+        )),
+    }
+}
+
+/// The names the function's parameters bind, destructuring patterns included
+/// (`(id, name): (u64, String)` binds `id` and `name`).
 fn parameter_names(item: &ItemFn) -> Vec<String> {
-    item.sig
-        .inputs
-        .iter()
-        .filter_map(|arg| match arg {
-            FnArg::Typed(typed) => match &*typed.pat {
-                Pat::Ident(ident) => Some(ident.ident.to_string()),
-                _ => None,
-            },
-            FnArg::Receiver(_) => None,
-        })
-        .collect()
+    let mut names = Vec::new();
+    for arg in &item.sig.inputs {
+        if let FnArg::Typed(typed) = arg {
+            bindings(&typed.pat, &mut names);
+        }
+    }
+    names
+}
+
+fn bindings(pat: &Pat, names: &mut Vec<String>) {
+    match pat {
+        Pat::Ident(ident) => {
+            names.push(ident.ident.to_string());
+            if let Some((_, sub)) = &ident.subpat {
+                bindings(sub, names);
+            }
+        }
+        Pat::Tuple(tuple) => tuple.elems.iter().for_each(|p| bindings(p, names)),
+        Pat::TupleStruct(tuple) => tuple.elems.iter().for_each(|p| bindings(p, names)),
+        Pat::Struct(fields) => fields.fields.iter().for_each(|f| bindings(&f.pat, names)),
+        Pat::Slice(slice) => slice.elems.iter().for_each(|p| bindings(p, names)),
+        Pat::Reference(reference) => bindings(&reference.pat, names),
+        Pat::Paren(paren) => bindings(&paren.pat, names),
+        Pat::Type(typed) => bindings(&typed.pat, names),
+        // Every alternative binds the same names.
+        Pat::Or(or) => {
+            if let Some(first) = or.cases.first() {
+                bindings(first, names);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// `guard = name` must not shadow a parameter: the body would silently see the guard.
@@ -224,38 +281,43 @@ fn key_expression(key: &syn::LitStr, item: &ItemFn) -> syn::Result<TokenStream> 
     Ok(quote_spanned!(span=> ::std::format!(#format, #(#values),*)))
 }
 
-fn duration(private: &TokenStream, duration: &DurationArg) -> TokenStream {
+fn duration(duration: &DurationArg) -> TokenStream {
     // Seconds and nanoseconds apart: any duration humantime parses fits, none wraps.
     let secs = duration.value.as_secs();
     let nanos = duration.value.subsec_nanos();
-    quote_spanned!(duration.span=> #private::Duration::new(#secs, #nanos))
+    quote_spanned!(duration.span=> ::core::time::Duration::new(#secs, #nanos))
 }
 
-fn retry_policy(args: &Args, private: &TokenStream) -> TokenStream {
+/// The retry policy the arguments ask for; `None` for the default.
+fn retry_policy(args: &Args, krate: &TokenStream) -> Option<TokenStream> {
     let mut policy = match &args.wait {
         Some(Wait::Once(span)) => {
-            return quote_spanned!(*span=> #private::RetryPolicy::single_attempt());
+            return Some(quote_spanned!(*span=> #krate::RetryPolicy::single_attempt()));
         }
+        // Waiting for a time means retrying until then, unless `retries` caps it.
         Some(Wait::For(wait)) => {
-            let wait = duration(private, wait);
-            // Waiting for a time means retrying until then, unless `retries` caps it.
-            quote!(#private::RetryPolicy::new().with_timeout(#wait).with_max_retries(u32::MAX))
+            let wait = duration(wait);
+            quote!(#krate::RetryPolicy::wait_for(#wait))
         }
-        None => quote!(#private::RetryPolicy::new()),
+        None => quote!(#krate::RetryPolicy::new()),
     };
+    let mut changed = args.wait.is_some();
     if let Some((retries, span)) = &args.retries {
         policy = quote_spanned!(*span=> #policy.with_max_retries(#retries));
+        changed = true;
     }
     if let Some(delay) = &args.retry_delay {
-        let delay = duration(private, delay);
+        let delay = duration(delay);
         policy = quote!(#policy.with_base_delay(#delay));
+        changed = true;
     }
     if let Some(backoff) = &args.backoff {
         let variant = match backoff.value.as_str() {
             "fixed" => quote_spanned!(backoff.span=> Fixed),
             _ => quote_spanned!(backoff.span=> Exponential),
         };
-        policy = quote!(#policy.with_backoff(#private::Backoff::#variant));
+        policy = quote!(#policy.with_backoff(#krate::Backoff::#variant));
+        changed = true;
     }
     if let Some(jitter) = &args.jitter {
         let variant = match jitter.value.as_str() {
@@ -263,12 +325,13 @@ fn retry_policy(args: &Args, private: &TokenStream) -> TokenStream {
             "none" => quote_spanned!(jitter.span=> None),
             _ => quote_spanned!(jitter.span=> Equal),
         };
-        policy = quote!(#policy.with_jitter(#private::Jitter::#variant));
+        policy = quote!(#policy.with_jitter(#krate::Jitter::#variant));
+        changed = true;
     }
-    policy
+    changed.then_some(policy)
 }
 
-fn mentions_impl_trait(output: &ReturnType) -> bool {
+fn mentions_impl_trait(ty: &Type) -> bool {
     fn walk(tokens: TokenStream) -> bool {
         tokens.into_iter().any(|token| match token {
             TokenTree::Ident(ident) => ident == "impl",
@@ -276,8 +339,5 @@ fn mentions_impl_trait(output: &ReturnType) -> bool {
             _ => false,
         })
     }
-    match output {
-        ReturnType::Type(_, ty) => walk(quote!(#ty)) || matches!(**ty, Type::ImplTrait(_)),
-        ReturnType::Default => false,
-    }
+    walk(quote!(#ty)) || matches!(ty, Type::ImplTrait(_))
 }

@@ -26,11 +26,17 @@ use proc_macro::TokenStream;
 /// # Ok(()) }
 /// ```
 ///
-/// The function must return `Result<T, E>` with `E: From<syncguard::LockError>`: contention
-/// past the wait, backend errors and a lost lock reach the caller through `E`. Anything else
-/// is a compile error that says so, as are a non-`async` or `const fn`, an unknown or
-/// repeated argument, a bad duration and a bad key template; each points at the offending
-/// token.
+/// It is `syncguard::with_lock` for a whole function: the arguments map onto a
+/// `syncguard::LockOptions`, and the key template is formatted from the parameters on each
+/// call.
+///
+/// The function must return `Result<T, E>` with `E: From<syncguard::LockError>`: lock
+/// failures reach the caller through `E`. They are `LockError::Contended` (the lock is held
+/// and `wait = false`), `LockError::AcquisitionTimeout` (it stayed held past the wait),
+/// `LockError::LockLost` (lost while the body ran), `LockError::NoDefaultBackend`, and backend
+/// errors. Anything else is a compile error that says so, as are a non-`async` or `const fn`,
+/// an unknown or repeated argument, a bad duration, a bad key template and a `guard` name
+/// that hides a parameter; each points at the offending token.
 ///
 /// # Arguments
 ///
@@ -38,9 +44,9 @@ use proc_macro::TokenStream;
 /// |---|---|---|
 /// | `key = "..."` | the lock's key, a template (below) | required |
 /// | `ttl = "30s"` | the lease: how quickly a crashed holder's lock frees up | `"30s"` |
-/// | `backend = expr` | the backend: any expression of a type that is `LockBackend + Clone` | the process-wide default (`syncguard::set_default_backend`) |
-/// | `wait = "5s"` | keep retrying for this long while the lock is held elsewhere | the lock helper's policy: 10 retries, 5 s |
-/// | `wait = false` | a single attempt: contention fails at once | |
+/// | `backend = expr` | the backend: an expression whose type is, or derefs to, a `LockBackend + Clone + 'static` (a backend, a reference to one, an `Arc<dyn LockBackend>`, a `LazyLock` static) | the process-wide default (`syncguard::set_default_backend`) |
+/// | `wait = "5s"` | keep retrying for this long while the lock is held elsewhere (`RetryPolicy::wait_for`) | the default `RetryPolicy`: up to 10 retries within 5 s |
+/// | `wait = false` | a single attempt: a held lock fails at once with `LockError::Contended` (`RetryPolicy::single_attempt`) | |
 /// | `retries = 3` | cap on retries after the first attempt | 10, or unlimited within `wait = "..."` |
 /// | `retry_delay = "100ms"` | delay before the first retry | `"100ms"` |
 /// | `backoff = exponential \| fixed` | how delays grow | `exponential` |
@@ -48,11 +54,13 @@ use proc_macro::TokenStream;
 /// | `heartbeat = false` | do not extend the lock while the body runs | on |
 /// | `max_hold = "10m"` | stop extending after this long (the lock then lapses and counts as lost) | none |
 /// | `on_lost = cancel \| notify` | on loss, drop the body and return the lost-lock error, or let it run on | `cancel` |
+/// | `show_key = true` | errors, logs and the hold's span show the raw key, not only its hash | off |
 /// | `guard = name` | binds `name: &syncguard::LockGuard` in the body (fence, lock id, loss) | none |
 /// | `crate = path` | where `syncguard` is, if renamed in `Cargo.toml` | `::syncguard` |
 ///
 /// Durations are text checked at compile time: numbers with units (`ns`, `us`, `ms`, `s`,
-/// `m`, `h`, `d`, `w`), e.g. `"500ms"`, `"30s"`, `"5m"`, `"1h 30m"`.
+/// `m`, `h`, `d`, `w`), e.g. `"500ms"`, `"30s"`, `"5m"`, `"1h 30m"`. Flags are written
+/// without quotes (`wait = false`, `heartbeat = false`, `show_key = true`).
 ///
 /// # Key templates
 ///
@@ -81,6 +89,29 @@ use proc_macro::TokenStream;
 /// # Ok(()) }
 /// ```
 ///
+/// # Naming the lock in errors, logs and spans
+///
+/// Errors about a lock (`Contended`, `AcquisitionTimeout`, `LockLost`), the log lines about it
+/// and its `syncguard.hold` span name it by the hash of its key (`syncguard::LockName`), since
+/// keys may carry personal data. With `show_key = true` they show the raw key as well:
+///
+/// ```
+/// use syncguard::{locked, LockError, LockOptions, MemoryBackend};
+///
+/// #[locked(key = "export:{user}", backend = backend, wait = false, show_key = true)]
+/// async fn export(backend: &MemoryBackend, user: &str) -> Result<(), LockError> {
+///     Ok(())
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), LockError> {
+/// let backend = MemoryBackend::new();
+/// let _busy = syncguard::acquire(&backend, "export:ada", &LockOptions::default()).await?;
+/// let error = export(&backend, "ada").await.unwrap_err();
+/// assert!(matches!(error, LockError::Contended { .. }));
+/// assert!(error.to_string().contains("\"export:ada\""), "{error}");
+/// # Ok(()) }
+/// ```
+///
 /// # Waiting, heartbeat and loss
 ///
 /// ```
@@ -91,7 +122,7 @@ use proc_macro::TokenStream;
 ///
 /// #[locked(
 ///     key = "report:{day}",
-///     backend = *LOCKS,
+///     backend = LOCKS,
 ///     ttl = "500ms",           // short lease, kept alive by the heartbeat
 ///     wait = "10s",            // wait up to 10 s for another holder
 ///     retry_delay = "50ms",
@@ -115,14 +146,51 @@ use proc_macro::TokenStream;
 /// ```
 ///
 /// With `on_lost = notify` the body keeps running after a loss and can watch `guard.lost()`
-/// itself; with `heartbeat = false` the lock simply expires after `ttl`.
+/// itself (its result is still replaced by `LockError::LockLost`); with `heartbeat = false`
+/// the lock simply expires after `ttl`.
 ///
 /// # What it expands to
 ///
-/// The key is formatted and the lock acquired before the body runs; then the body runs as an
-/// `async move` block raced against the guard's loss signal; then the lock is released
-/// (errors of that final release are logged, not returned, since the lock expires anyway).
-/// Dropping the returned future mid-way drops the guard, which releases in the background.
+/// Public API only, as you would write it by hand (`__` names are the macro's locals; the
+/// two traits of `syncguard::macro_support` turn a `LockError` into the function's error type
+/// and find the backend behind the `backend` expression):
+///
+/// ```ignore
+/// async fn build_report(day: &str) -> Result<String, LockError> {
+///     let __key: String = format!("report:{}", &day);
+///     let __options = match syncguard::LockOptions::builder()
+///         .ttl(Duration::new(0, 500_000_000))
+///         .retry(syncguard::RetryPolicy::wait_for(Duration::new(10, 0)) /* .with_...(..) */)
+///         .max_hold(Duration::new(3600, 0))
+///         .on_lost(syncguard::OnLost::Cancel)
+///         .build()
+///     {
+///         Ok(options) => options,
+///         Err(error) => return Err(error.into()),
+///     };
+///     let __backend = &*LOCKS; // or `&syncguard::default_backend()?`
+///     let __guard = match syncguard::acquire(__backend, &__key, &__options).await {
+///         Ok(guard) => guard,
+///         Err(error) => return Err(error.into()),
+///     };
+///     let __result = {
+///         let lock = &__guard;
+///         // The body, in the hold's `syncguard.hold` span, cancelled on loss
+///         // (`LockGuard::run`); a lost lock is `LockError::LockLost`.
+///         match __guard.run(async move { /* the body */ }).await {
+///             Ok(result) => result,
+///             Err(lost) => Err(lost.into()),
+///         }
+///     };
+///     // Waited for up to a second; failures are logged, not returned (the lock expires).
+///     __guard.release_logged().await;
+///     __result
+/// }
+/// ```
+///
+/// The key is formatted and the lock acquired before the body runs; the body's future is
+/// not created before then. Dropping the returned future mid-way drops the guard, which
+/// releases the lock (in the background if the backend cannot answer at once).
 #[proc_macro_attribute]
 pub fn locked(args: TokenStream, item: TokenStream) -> TokenStream {
     let original = proc_macro2::TokenStream::from(item.clone());

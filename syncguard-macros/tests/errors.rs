@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use syncguard::{LockError, LockOptions, MemoryBackend, locked};
+use syncguard::{ErrorCode, LockError, LockOptions, MemoryBackend, locked};
 
 #[derive(Debug)]
 enum AppError {
@@ -53,18 +53,26 @@ async fn body_errors_and_question_mark_work() {
 #[tokio::test]
 async fn contention_converts_through_from() {
     let backend = MemoryBackend::new();
-    let held = syncguard::acquire(&backend, &LockOptions::new("account:5"))
+    let held = syncguard::acquire(&backend, "account:5", &LockOptions::default())
         .await
         .unwrap();
+    // `wait = false`: one attempt, and the lock is busy.
     match once(&backend, 5).await {
-        Err(AppError::Lock(error)) => assert!(error.is_contended(), "{error}"),
+        Err(AppError::Lock(error @ LockError::Contended { .. })) => {
+            assert_eq!(error.code(), ErrorCode::Contended);
+        }
         other => panic!("expected contention, got {other:?}"),
     }
+    // `wait = "300ms"`: retries until the wait runs out.
     let started = tokio::time::Instant::now();
     let error = patient(&backend, 5).await.unwrap_err();
     assert!(started.elapsed() >= Duration::from_millis(250));
     let error = error.downcast::<LockError>().expect("a LockError");
     assert!(error.is_contended());
+    match *error {
+        LockError::AcquisitionTimeout { attempts, .. } => assert!(attempts > 1, "{attempts}"),
+        ref other => panic!("expected a timeout, got {other:?}"),
+    }
     held.release().await.unwrap();
     assert_eq!(patient(&backend, 5).await.unwrap(), 5);
 }
@@ -72,5 +80,5 @@ async fn contention_converts_through_from() {
 #[tokio::test]
 async fn invalid_keys_fail_before_the_body() {
     let error = empty_key(&MemoryBackend::new()).await.unwrap_err();
-    assert_eq!(error.code(), syncguard::ErrorCode::InvalidArgument);
+    assert_eq!(error.code(), ErrorCode::InvalidArgument);
 }

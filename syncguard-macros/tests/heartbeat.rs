@@ -53,7 +53,8 @@ async fn without_heartbeat_the_lock_lapses() {
         matches!(
             result,
             Err(LockError::LockLost {
-                reason: syncguard::LostReason::LeaseExpired
+                reason: syncguard::LostReason::LeaseExpired,
+                ..
             })
         ),
         "{result:?}"

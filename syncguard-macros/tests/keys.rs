@@ -1,5 +1,6 @@
-//! Key templates: parameters, field paths, tuple indexes, `self` fields, escaped braces, and
-//! methods taking `&self`, `&mut self` and trait impls, generic fns.
+//! Key templates: parameters (destructured ones too), field paths, tuple indexes, `self`
+//! fields, escaped braces, and methods taking `&self`, `&mut self` and trait impls, generic
+//! fns.
 
 use std::fmt::Display;
 
@@ -27,6 +28,15 @@ async fn by_fields(
 async fn generic<T: Display + Send + Sync>(
     backend: &MemoryBackend,
     item: T,
+) -> Result<String, LockError> {
+    Ok(g.key().to_owned())
+}
+
+#[locked(key = "pair:{left}:{right}:{id}", backend = backend, guard = g)]
+async fn destructured(
+    backend: &MemoryBackend,
+    (left, right): (u8, &str),
+    Order { id, .. }: &Order,
 ) -> Result<String, LockError> {
     Ok(g.key().to_owned())
 }
@@ -77,6 +87,8 @@ async fn templates_interpolate_parameters_and_fields() {
     check_released(&backend, &key).await;
     assert_eq!(generic(&backend, 3.5).await.unwrap(), "generic:3.5");
     assert_eq!(generic(&backend, "s").await.unwrap(), "generic:s");
+    let key = destructured(&backend, (1, "x"), &order).await.unwrap();
+    assert_eq!(key, "pair:1:x:42");
 }
 
 #[tokio::test]

@@ -35,12 +35,15 @@ async fn a_lost_lock_cancels_the_body() {
         .expect("the body must be cancelled, not run for 30 s")
         .unwrap_err();
     assert!(error.is_lock_lost(), "{error}");
-    assert!(matches!(
-        error,
-        LockError::LockLost {
-            reason: LostReason::NotHeld
+    match &error {
+        LockError::LockLost { lock, reason } => {
+            assert_eq!(*reason, LostReason::NotHeld);
+            // Named by the key's hash; the key itself only with `show_key = true`.
+            assert_eq!(lock.key_hash(), syncguard::key::hash_key("stolen"));
+            assert_eq!(lock.key(), None);
         }
-    ));
+        other => panic!("expected a lost lock, got {other:?}"),
+    }
     assert!(!FINISHED.load(Ordering::SeqCst));
 }
 
@@ -55,7 +58,8 @@ async fn notify_lets_the_body_finish_and_reports_the_loss() {
         matches!(
             result,
             Err(LockError::LockLost {
-                reason: LostReason::NotHeld
+                reason: LostReason::NotHeld,
+                ..
             })
         ),
         "{result:?}"

@@ -9,7 +9,7 @@ use std::task::{Context, Poll, ready};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
-use syncguard::{LockError, LockGuard};
+use syncguard::{LockError, LockGuard, LostReason};
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
 /// The error type of [`LockBody`]: syncguard's own boxed error.
@@ -47,11 +47,14 @@ pin_project! {
     }
 }
 
-/// The lock a streaming body holds.
-struct Hold {
-    guard: Option<LockGuard>,
-    lost: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
-    releasing: Option<ReleaseFuture>,
+/// The lock a streaming body holds, then releases once the inner body has ended.
+enum Hold {
+    Holding {
+        guard: LockGuard,
+        /// Completes when the lock is lost; `None` under `OnLost::Notify`.
+        lost: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
+    },
+    Releasing(ReleaseFuture),
 }
 
 impl<B> LockBody<B> {
@@ -61,19 +64,17 @@ impl<B> LockBody<B> {
         }
     }
 
-    pub(crate) fn holding(body: B, mut guard: LockGuard, watch_lost: bool) -> Self {
+    /// `body` holding the lock of `guard` until its end; with `cancel_on_loss`, a loss ends
+    /// it with an error.
+    pub(crate) fn holding(body: B, mut guard: LockGuard, cancel_on_loss: bool) -> Self {
         // A body is only polled when the connection can take more data, so a slow client
         // would starve a heartbeat run from here: a task keeps the lock while it streams.
-        syncguard::__private::detach_keeper(&mut guard);
-        let lost = watch_lost.then(|| Box::pin(guard.lost_token().cancelled_owned()));
+        guard.spawn_keeper();
+        let lost = cancel_on_loss.then(|| Box::pin(guard.lost_token().cancelled_owned()));
         Self {
             kind: Kind::Inner {
                 body,
-                hold: Some(Box::new(Hold {
-                    guard: Some(guard),
-                    lost,
-                    releasing: None,
-                })),
+                hold: Some(Box::new(Hold::Holding { guard, lost })),
             },
         }
     }
@@ -105,17 +106,19 @@ impl<B> fmt::Debug for LockBody<B> {
     }
 }
 
-/// Releases `guard` now, logging failures (the lock then expires at the end of its ttl):
-/// done on return (`None`) when the backend answers at once, else the future that does it.
-pub(crate) fn release(mut guard: LockGuard) -> Option<ReleaseFuture> {
-    let fence = guard.fence();
-    if let Some(released) = syncguard::__private::release_now(&mut guard) {
-        log_release_failure(released, fence);
-        return None;
-    }
-    Some(Box::pin(async move {
-        log_release_failure(guard.release().await, fence);
-    }))
+/// The release at the end of a request or of its body: waited for up to a second, failures
+/// logged (the lock then expires at the end of its ttl).
+pub(crate) fn release(guard: LockGuard) -> ReleaseFuture {
+    Box::pin(guard.release_logged())
+}
+
+/// The error that ends a body whose lock was lost, naming the lock.
+fn lost(guard: &LockGuard, reason: LostReason) -> BoxError {
+    tracing::warn!(lock = %guard.name(), fence = %guard.fence(), %reason, "syncguard_tower: the lock was lost while the response body streamed; ending the body with an error");
+    Box::new(LockError::LockLost {
+        lock: guard.name().clone(),
+        reason,
+    })
 }
 
 /// Which body type the responses of a [`LockService`](crate::LockService) have, given the
@@ -182,12 +185,6 @@ mod sealed {
     impl Sealed for axum::body::Body {}
 }
 
-fn log_release_failure(released: Result<bool, LockError>, fence: syncguard::Fence) {
-    if let Err(error) = released {
-        tracing::warn!(%error, %fence, "syncguard_tower: release failed; the lock will expire at the end of its ttl");
-    }
-}
-
 impl<B> Body for LockBody<B>
 where
     B: Body<Data = Bytes>,
@@ -203,45 +200,54 @@ where
         match self.project().kind.project() {
             KindProj::Full { data } => Poll::Ready(data.take().map(|data| Ok(Frame::data(data)))),
             KindProj::Inner { body, hold } => {
-                let Some(held) = hold.as_mut() else {
+                let Some(held) = hold.as_deref_mut() else {
                     return body.poll_frame(cx).map_err(Into::into);
                 };
-                if let Some(releasing) = held.releasing.as_mut() {
-                    ready!(releasing.as_mut().poll(cx));
-                    *hold = None;
-                    return Poll::Ready(None);
-                }
-                if let Some(lost) = held.lost.as_mut()
-                    && lost.as_mut().poll(cx).is_ready()
+                let (guard, lost) = match held {
+                    Hold::Releasing(releasing) => {
+                        ready!(releasing.as_mut().poll(cx));
+                        *hold = None;
+                        return Poll::Ready(None);
+                    }
+                    Hold::Holding { guard, lost } => (guard, lost),
+                };
+                if let Some(lost_lock) = lost.as_mut()
+                    && lost_lock.as_mut().poll(cx).is_ready()
                 {
-                    let reason = crate::extension::lost_reason(held.guard.as_ref());
-                    *hold = None;
-                    return Poll::Ready(Some(Err(Box::new(LockError::LockLost { reason }))));
+                    let reason = guard.lost_reason().unwrap_or(LostReason::NotHeld);
+                    let error = self::lost(guard, reason);
+                    *hold = None; // the lost lock needs no release
+                    return Poll::Ready(Some(Err(error)));
                 }
-                match ready!(body.poll_frame(cx)) {
+                // The body is part of the hold: what it logs belongs to the hold's span.
+                let frame = {
+                    let _entered = guard.span().enter();
+                    ready!(body.poll_frame(cx))
+                };
+                match frame {
                     Some(Ok(frame)) => Poll::Ready(Some(Ok(frame))),
                     Some(Err(error)) => {
                         *hold = None; // releases in the background
                         Poll::Ready(Some(Err(error.into())))
                     }
                     None => {
-                        let Some(guard) = held.guard.take() else {
-                            *hold = None;
-                            return Poll::Ready(None);
-                        };
                         // A body that ended after its lock could have passed to someone else
                         // was not sent under the lock: the client must not take it as whole.
                         if let Some(reason) = guard.lost_reason() {
+                            let error = self::lost(guard, reason);
                             *hold = None;
-                            return Poll::Ready(Some(Err(Box::new(LockError::LockLost {
-                                reason,
-                            }))));
+                            return Poll::Ready(Some(Err(error)));
                         }
-                        if let Some(releasing) = release(guard) {
-                            let releasing = held.releasing.insert(releasing);
-                            ready!(releasing.as_mut().poll(cx));
+                        let Some(Hold::Holding { guard, .. }) = hold.take().map(|held| *held)
+                        else {
+                            unreachable!("the body holds its lock until its end");
+                        };
+                        // The end is reported once the release is done.
+                        let mut releasing = release(guard);
+                        if releasing.as_mut().poll(cx).is_pending() {
+                            *hold = Some(Box::new(Hold::Releasing(releasing)));
+                            return Poll::Pending;
                         }
-                        *hold = None;
                         Poll::Ready(None)
                     }
                 }

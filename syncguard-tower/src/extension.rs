@@ -1,7 +1,9 @@
 //! What a handler learns about the lock its request holds.
 
-use syncguard::__private::GuardView;
-use syncguard::{Fence, LockGuard, LockId, LostReason};
+use std::fmt;
+use std::time::Duration;
+
+use syncguard::{Fence, LockGuard, LockHandle, LockId, LockName, LostReason};
 use tokio_util::sync::CancellationToken;
 
 /// The lock a request holds, put in the request's extensions before the handler runs.
@@ -11,8 +13,9 @@ use tokio_util::sync::CancellationToken;
 /// request with 500 when the route is not behind a `LockLayer` or its key function returned
 /// `None`; `lock: Option<HeldLock>` accepts both.
 ///
-/// Pass [`fence`](Self::fence) to whatever the handler writes to, so a store can refuse a
-/// writer whose lock was taken over.
+/// It has the accessors of [`syncguard::LockGuard`] (a [`LockHandle`] on the guard the layer
+/// keeps): pass [`fence`](Self::fence) to whatever the handler writes to, so a store can refuse
+/// a writer whose lock was taken over. Cloning it copies no string.
 ///
 /// ```
 /// use axum::{Router, routing::post};
@@ -29,75 +32,100 @@ use tokio_util::sync::CancellationToken;
 /// ```
 #[derive(Clone)]
 pub struct HeldLock {
-    // Shares the guard's state: made and cloned per request without copying strings.
-    view: GuardView,
+    handle: LockHandle,
 }
 
 impl HeldLock {
     pub(crate) fn new(guard: &LockGuard) -> Self {
         Self {
-            view: GuardView::of(guard),
+            handle: guard.handle(),
         }
+    }
+
+    /// The read-only [`LockHandle`] this wraps, for code written against `syncguard` alone.
+    pub fn handle(&self) -> &LockHandle {
+        &self.handle
     }
 
     /// The (NFC-normalized) key of the lock.
     pub fn key(&self) -> &str {
-        self.view.key()
+        self.handle.key()
     }
 
-    /// The fencing token of this acquisition; it only grows from one holder to the next.
-    pub fn fence(&self) -> Fence {
-        self.view.fence()
+    /// How logs and errors name the lock: its key hash, and its key if the layer's options
+    /// [show keys](syncguard::LockOptionsBuilder::show_key).
+    pub fn name(&self) -> &LockName {
+        self.handle.name()
     }
 
     /// The lock id of this acquisition.
     pub fn lock_id(&self) -> &LockId {
-        self.view.lock_id()
+        self.handle.lock_id()
+    }
+
+    /// The fencing token of this acquisition; it only grows from one holder to the next.
+    pub fn fence(&self) -> Fence {
+        self.handle.fence()
+    }
+
+    /// The ttl each extend asks for.
+    pub fn ttl(&self) -> Duration {
+        self.handle.ttl()
+    }
+
+    /// The latest authoritative expiry (Unix ms of the backend's time authority).
+    pub fn expires_at_ms(&self) -> u64 {
+        self.handle.expires_at_ms()
+    }
+
+    /// How long the lock has been held.
+    pub fn held_for(&self) -> Duration {
+        self.handle.held_for()
     }
 
     /// Whether the lock can still be relied on: held, not lost, and not yet released at the
     /// end of the request. Check this before a side effect, also from a task that may outlive
     /// the request.
     pub fn is_held(&self) -> bool {
-        self.view.is_held()
+        self.handle.is_held()
     }
 
     /// Whether the lock is lost, as of now (also when its lease ran out while nothing looked).
-    /// With [`OnLost::Cancel`](syncguard::OnLost::Cancel) (the
-    /// default) the handler is dropped when that happens; with `OnLost::Notify` it runs on and
-    /// should check [`is_held`](Self::is_held) before side effects. After the request released
-    /// the lock this stays `false`: a release is no loss.
+    /// With [`OnLost::Cancel`](syncguard::OnLost::Cancel) (the default) the handler is dropped
+    /// when that happens; with `OnLost::Notify` it runs on and should check
+    /// [`is_held`](Self::is_held) before side effects. After the request released the lock
+    /// this stays `false`: a release is no loss.
     pub fn is_lost(&self) -> bool {
-        self.view.is_lost()
+        self.handle.is_lost()
     }
 
-    /// Completes when the lock is lost; never while it is held, nor after the release.
-    pub async fn lost(&self) {
-        self.view.lost().await;
+    /// Why the lock is lost, as of now; `None` while it is held (and after the release).
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.handle.lost_reason()
+    }
+
+    /// Completes with the reason when the lock is lost; never while it is held, nor after the
+    /// release.
+    pub async fn lost(&self) -> LostReason {
+        self.handle.lost().await
     }
 
     /// A token cancelled when the lock is lost (not when it is released).
     pub fn lost_token(&self) -> CancellationToken {
-        self.view.lost_token().clone()
+        self.handle.lost_token()
+    }
+
+    /// The hold's `syncguard.hold` tracing span. The handler already runs in it; use it for
+    /// tasks the handler spawns (`task.instrument(lock.span().clone())`).
+    pub fn span(&self) -> &tracing::Span {
+        self.handle.span()
     }
 }
 
-impl std::fmt::Debug for HeldLock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HeldLock")
-            .field("key", &self.key())
-            .field("fence", &self.fence())
-            .field("lock_id", self.lock_id())
-            .field("lost", &self.view.lost_reason())
-            .finish()
+impl fmt::Debug for HeldLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("HeldLock").field(&self.handle).finish()
     }
-}
-
-/// Why a lock was lost, as the layer reports it in logs.
-pub(crate) fn lost_reason(guard: Option<&LockGuard>) -> LostReason {
-    guard
-        .and_then(LockGuard::lost_reason)
-        .unwrap_or(LostReason::NotHeld)
 }
 
 #[cfg(feature = "axum")]

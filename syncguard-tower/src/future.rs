@@ -13,8 +13,8 @@ use syncguard::{LockGuard, OnLost};
 use tower::Service;
 
 use crate::body::{LockBody, ResponseBodies, Wrapped, release};
+use crate::config::{Config, ReleaseOn};
 use crate::extension::HeldLock;
-use crate::layer::{Config, ReleaseOn};
 use crate::response::Rejection;
 
 pub(crate) type AcquireFuture =
@@ -26,10 +26,11 @@ pin_project! {
     ///
     /// A small state machine that owns the request's [`LockGuard`] for as long as the request
     /// runs: it acquires the lock, calls the inner service with the lock's
-    /// [`HeldLock`] in the request's extensions, runs the lock's heartbeat itself while the
-    /// inner future is pending (and cancels it if the lock is lost), then releases the lock
-    /// (or hands it to the body, with [`ReleaseOn::BodyEnd`]). Dropping it at any point
-    /// releases the lock in the background.
+    /// [`HeldLock`] in the request's extensions, polls the inner future inside the hold's
+    /// `syncguard.hold` span, runs the lock's heartbeat itself while the inner future is
+    /// pending ([`LockGuard::poll_keeper`]; the inner future is dropped if the lock is lost),
+    /// then releases the lock (or hands it to the body, with [`ReleaseOn::BodyEnd`]).
+    /// Dropping it at any point releases the lock in the background.
     pub struct ResponseFuture<S, ReqBody, ResBody, M = Wrapped>
     where
         S: Service<Request<ReqBody>>,
@@ -76,36 +77,24 @@ where
         }
     }
 
-    /// The lock is already held: `service` (polled ready) runs `request` under it.
-    pub(crate) fn running(
-        service: &mut S,
-        request: Request<ReqBody>,
-        guard: LockGuard,
-        config: Arc<Config>,
-    ) -> Self {
-        Self {
-            state: State::Running {
-                inner: call_locked(service, request, &guard),
-                guard: Some(guard),
-            },
-            config,
-        }
-    }
-
-    /// Waits for `acquire`, then runs `request` on `service` (polled ready). Without them,
-    /// `acquire` must end in a rejection.
+    /// Waits for `acquire`, then runs `request` on `service` (polled ready).
     pub(crate) fn acquiring(
         acquire: AcquireFuture,
-        pending: Option<(S, Request<ReqBody>)>,
+        service: S,
+        request: Request<ReqBody>,
         config: Arc<Config>,
     ) -> Self {
         Self {
-            state: State::Acquiring { acquire, pending },
+            state: State::Acquiring {
+                acquire,
+                pending: Some((service, request)),
+            },
             config,
         }
     }
 }
 
+/// Calls `service` with `request` under the lock of `guard`, in the hold's span.
 fn call_locked<S, ReqBody>(
     service: &mut S,
     mut request: Request<ReqBody>,
@@ -115,6 +104,7 @@ where
     S: Service<Request<ReqBody>>,
 {
     request.extensions_mut().insert(HeldLock::new(guard));
+    let _entered = guard.span().enter();
     service.call(request)
 }
 
@@ -152,38 +142,39 @@ where
                 }
                 StateProj::Running { inner, guard } => {
                     // The inner future goes first: a handler that answers at once never arms
-                    // the heartbeat's timer.
-                    if let Poll::Ready(result) = inner.poll(cx) {
-                        // A handler that finished after its lock could have passed to someone
-                        // else did not run under the lock: its response does not stand.
-                        if let Some(reason) = guard.as_ref().and_then(LockGuard::lost_reason) {
-                            tracing::warn!(%reason, "syncguard_tower: the lock was lost before the handler finished; answering as lost");
-                            this.state.set(State::Done);
-                            return Poll::Ready(Ok(Rejection::Lost(reason)
-                                .into_response(this.config)
-                                .map(M::wrap)));
-                        }
+                    // the heartbeat's timer. It runs in the hold's span, so that what the
+                    // handler logs is attributed to the hold.
+                    let polled = {
+                        let _entered = guard.as_ref().map(|guard| guard.span().enter());
+                        inner.poll(cx)
+                    };
+                    if let Poll::Ready(result) = polled {
                         let Some(guard) = guard.take() else {
                             this.state.set(State::Done);
                             return Poll::Ready(result.map(|r| r.map(M::inner)));
                         };
+                        // A handler that finished after its lock could have passed to someone
+                        // else did not run under the lock: its response does not stand.
+                        if let Some(reason) = guard.lost_reason() {
+                            tracing::warn!(lock = %guard.name(), fence = %guard.fence(), %reason, "syncguard_tower: the lock was lost before the handler finished; answering as lost");
+                            this.state.set(State::Done); // drops the response and the guard
+                            return Poll::Ready(Ok(Rejection::Lost(reason)
+                                .into_response(this.config)
+                                .map(M::wrap)));
+                        }
                         let output = match (this.config.release, result) {
                             (ReleaseOn::BodyEnd, Ok(response))
                                 if !response.body().is_end_stream() =>
                             {
-                                let watch = !matches!(this.config.on_lost, OnLost::Notify);
+                                let cancel = this.config.options.on_lost() != OnLost::Notify;
                                 this.state.set(State::Done);
                                 return Poll::Ready(Ok(response
-                                    .map(|body| M::wrap(LockBody::holding(body, guard, watch)))));
+                                    .map(|body| M::wrap(LockBody::holding(body, guard, cancel)))));
                             }
                             (_, result) => result.map(|r| r.map(M::inner)),
                         };
-                        let Some(release) = release(guard) else {
-                            this.state.set(State::Done);
-                            return Poll::Ready(output);
-                        };
                         this.state.set(State::Releasing {
-                            release,
+                            release: release(guard),
                             output: Some(output),
                         });
                         continue;
@@ -193,11 +184,10 @@ where
                     };
                     // The heartbeat runs here, in the request's own task: a timer for the next
                     // extend, extends inline when it fires.
-                    let lost = syncguard::__private::poll_keeper(held, cx);
-                    if let Poll::Ready(reason) = lost
-                        && !matches!(this.config.on_lost, OnLost::Notify)
+                    if let Poll::Ready(reason) = held.poll_keeper(cx)
+                        && this.config.options.on_lost() != OnLost::Notify
                     {
-                        tracing::warn!(%reason, "syncguard_tower: lock lost while the handler ran; cancelling it");
+                        tracing::warn!(lock = %held.name(), fence = %held.fence(), %reason, "syncguard_tower: the lock was lost while the handler ran; cancelling it");
                         this.state.set(State::Done); // drops the handler and the guard
                         return Poll::Ready(Ok(Rejection::Lost(reason)
                             .into_response(this.config)

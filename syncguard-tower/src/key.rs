@@ -18,7 +18,6 @@ use std::borrow::Cow;
 
 use http::Request;
 use http::header::HeaderName;
-use syncguard::__private::KeyText;
 
 /// Derives the lock key of a request; `None` lets the request through unlocked.
 ///
@@ -43,39 +42,7 @@ use syncguard::__private::KeyText;
 pub trait MakeKey<B> {
     /// The lock key of `request`, or `None` to run it without a lock.
     fn make_key(&self, request: &Request<B>) -> Option<String>;
-
-    /// [`make_key`](Self::make_key) as the layer keeps it: the built-in keys make it from
-    /// their parts without allocating.
-    #[doc(hidden)]
-    fn make_key_text(&self, request: &Request<B>) -> Option<KeyText> {
-        self.make_key(request).map(KeyText::from)
-    }
 }
-
-/// A built-in key, made from parts of the request: as a `String` ([`MakeKey::make_key`]) or
-/// inline ([`MakeKey::make_key_text`]).
-trait KeyParts<B> {
-    /// `join` applied to the parts of the key of `request`; `None` to run it unlocked.
-    fn join<T>(&self, request: &Request<B>, join: impl FnOnce(&[&str]) -> T) -> Option<T>;
-}
-
-/// `MakeKey` for built-in keys, from their [`KeyParts`].
-macro_rules! make_key_from_parts {
-    ($($key:ty),*) => {$(
-        impl<B> MakeKey<B> for $key {
-            fn make_key(&self, request: &Request<B>) -> Option<String> {
-                // One allocation; `format!` costs several times as much.
-                KeyParts::join(self, request, |parts| parts.concat())
-            }
-
-            fn make_key_text(&self, request: &Request<B>) -> Option<KeyText> {
-                KeyParts::join(self, request, KeyText::concat)
-            }
-        }
-    )*};
-}
-
-make_key_from_parts!(Header, MethodAndPath, PathAndHeader);
 
 impl<B, F> MakeKey<B> for F
 where
@@ -135,36 +102,18 @@ impl Header {
     }
 }
 
-impl<B> KeyParts<B> for Header {
-    fn join<T>(&self, request: &Request<B>, join: impl FnOnce(&[&str]) -> T) -> Option<T> {
+impl<B> MakeKey<B> for Header {
+    fn make_key(&self, request: &Request<B>) -> Option<String> {
         let value = header_value(request, &self.name)?;
-        Some(join(&[&self.prefix, &value]))
+        Some([&self.prefix, &*value].concat())
     }
 }
 
+/// The first value of the header `name`, as text (non-UTF-8 bytes replaced); `None` when it
+/// is absent or blank.
 fn header_value<'r, B>(request: &'r Request<B>, name: &HeaderName) -> Option<Cow<'r, str>> {
-    // A scan of the few headers a request has compares names without hashing one; the
-    // first value of the name is the one `HeaderMap::get` gives too.
-    let headers = request.headers();
-    let value = if headers.keys_len() <= 16 {
-        headers.iter().find(|(each, _)| *each == name)?.1
-    } else {
-        headers.get(name)?
-    };
-    // Visible ASCII (the usual case) is checked faster than UTF-8 is decoded, and is blank
-    // when it holds only spaces and tabs.
-    let (value, blank) = match value.to_str() {
-        Ok(text) => (
-            Cow::Borrowed(text),
-            text.bytes().all(|b| b == b' ' || b == b'\t'),
-        ),
-        Err(_) => {
-            let text = String::from_utf8_lossy(value.as_bytes());
-            let blank = text.trim().is_empty();
-            (text, blank)
-        }
-    };
-    (!blank).then_some(value)
+    let value = String::from_utf8_lossy(request.headers().get(name)?.as_bytes());
+    (!value.trim().is_empty()).then_some(value)
 }
 
 /// The method and the path: see [`method_and_path`].
@@ -202,14 +151,10 @@ impl MethodAndPath {
     }
 }
 
-impl<B> KeyParts<B> for MethodAndPath {
-    fn join<T>(&self, request: &Request<B>, join: impl FnOnce(&[&str]) -> T) -> Option<T> {
-        Some(join(&[
-            &self.prefix,
-            request.method().as_str(),
-            " ",
-            request.uri().path(),
-        ]))
+impl<B> MakeKey<B> for MethodAndPath {
+    fn make_key(&self, request: &Request<B>) -> Option<String> {
+        let (method, path) = (request.method().as_str(), request.uri().path());
+        Some([&self.prefix, method, " ", path].concat())
     }
 }
 
@@ -266,10 +211,10 @@ impl PathAndHeader {
     }
 }
 
-impl<B> KeyParts<B> for PathAndHeader {
-    fn join<T>(&self, request: &Request<B>, join: impl FnOnce(&[&str]) -> T) -> Option<T> {
+impl<B> MakeKey<B> for PathAndHeader {
+    fn make_key(&self, request: &Request<B>) -> Option<String> {
         let value = header_value(request, &self.name)?;
-        Some(join(&[&self.prefix, request.uri().path(), " ", &value]))
+        Some([&self.prefix, request.uri().path(), " ", &value].concat())
     }
 }
 
@@ -283,7 +228,7 @@ mod path_param {
     use axum::extract::MatchedPath;
     use http::Request;
 
-    use super::{KeyParts, KeyText, MakeKey};
+    use super::MakeKey;
 
     /// One axum route parameter: see [`path_param`].
     #[derive(Debug, Clone)]
@@ -332,10 +277,8 @@ mod path_param {
         }
     }
 
-    make_key_from_parts!(PathParam);
-
-    impl<B> KeyParts<B> for PathParam {
-        fn join<T>(&self, request: &Request<B>, join: impl FnOnce(&[&str]) -> T) -> Option<T> {
+    impl<B> MakeKey<B> for PathParam {
+        fn make_key(&self, request: &Request<B>) -> Option<String> {
             let Some(matched) = request.extensions().get::<MatchedPath>() else {
                 tracing::warn!(
                     param = %self.name,
@@ -345,8 +288,8 @@ mod path_param {
             };
             let value = super::route_param(matched.as_str(), request.uri().path(), &self.name)?;
             Some(match &self.prefix {
-                Some(prefix) => join(&[prefix, &value]),
-                None => join(&[matched.as_str(), "#", &value]),
+                Some(prefix) => [prefix, &*value].concat(),
+                None => [matched.as_str(), "#", &value].concat(),
             })
         }
     }
@@ -425,8 +368,7 @@ mod tests {
         assert_eq!(key.make_key(&Request::new(())), None);
     }
 
-    /// With few headers the value is found by a scan, with many by the map's lookup: both
-    /// give the first value of a repeated header, whatever comes before it.
+    /// A repeated header keys on its first value, however many other headers come before it.
     #[test]
     fn header_keys_take_the_first_value_with_few_or_many_headers() {
         let key = header("idempotency-key");
@@ -450,24 +392,34 @@ mod tests {
         }
     }
 
-    /// The layer takes built-in keys through `make_key_text`: the same text as `make_key`,
-    /// short (inline) or long.
     #[test]
-    fn built_in_keys_give_the_same_text_both_ways() {
-        fn same<K: MakeKey<()>>(key: &K, request: &Request<()>) {
-            let text = key.make_key_text(request).map(KeyText::into_string);
-            assert_eq!(text, key.make_key(request), "{:?}", request.uri());
-        }
-        for value in ["7f3a", &"x".repeat(200)] {
-            let request = Request::post(format!("/jobs/{value}"))
-                .header("idempotency-key", value)
-                .header("x-job-id", value)
-                .body(())
-                .unwrap();
-            same(&header("idempotency-key"), &request);
-            same(&method_and_path().with_prefix("api:"), &request);
-            same(&path_and_header("x-job-id"), &request);
-        }
-        same(&header("idempotency-key"), &Request::new(()));
+    fn built_in_keys_are_made_of_their_parts() {
+        let request = Request::post("/jobs/7%20a?x=1")
+            .header("idempotency-key", "7f3a")
+            .header(
+                "x-job-id",
+                http::HeaderValue::from_bytes(b"\xff42").unwrap(),
+            )
+            .body(())
+            .unwrap();
+        let key = |key: &dyn MakeKey<()>| key.make_key(&request);
+        assert_eq!(
+            key(&header("idempotency-key").with_prefix("")).as_deref(),
+            Some("7f3a")
+        );
+        assert_eq!(
+            key(&method_and_path().with_prefix("api:")).as_deref(),
+            Some("api:POST /jobs/7%20a")
+        );
+        assert_eq!(
+            key(&path_and_header("idempotency-key").with_prefix("grpc:")).as_deref(),
+            Some("grpc:/jobs/7%20a 7f3a")
+        );
+        // Bytes that are not UTF-8 are replaced.
+        assert_eq!(
+            key(&header("x-job-id")).as_deref(),
+            Some("x-job-id:\u{fffd}42")
+        );
+        assert_eq!(key(&path_and_header("x-other")), None);
     }
 }

@@ -3,75 +3,14 @@
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::time::Duration;
 
 use http::StatusCode;
-use syncguard::{LockBackend, LockOptions, OnLost, RetryPolicy};
+use syncguard::{LockBackend, LockOptions};
 use tower::Layer;
 
 use crate::body::Wrapped;
+use crate::config::{Config, Layered, ReleaseOn};
 use crate::service::LockService;
-
-/// When the layer releases a request's lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum ReleaseOn {
-    /// When the inner service's response future completes, that is once the handler has
-    /// returned the response head (status and headers). The default.
-    ///
-    /// The lock is released (and the release awaited) before the response is handed on, so a
-    /// client that sends the next request with the same key after reading the response finds
-    /// the lock free. **A streaming body is sent after the release, unlocked**: if producing
-    /// the body is part of the critical section (a body that streams the output of the work),
-    /// use [`BodyEnd`](Self::BodyEnd).
-    #[default]
-    ResponseFuture,
-    /// When the response body has been sent in full (it reported its end), or when it is
-    /// dropped unfinished (the client went away). The lock, its heartbeat and loss detection
-    /// cover the whole stream: with [`OnLost::Cancel`] a loss while streaming ends the body
-    /// with an error, which aborts the response (HTTP/1 closes the connection, HTTP/2 resets
-    /// the stream), because the status has already been sent.
-    BodyEnd,
-}
-
-/// Settings shared by every service of one layer, and by their requests: one reference count
-/// per request for all of them.
-#[derive(Clone)]
-pub(crate) struct Config {
-    pub(crate) backend: Arc<dyn LockBackend>,
-    /// How every request's lock is taken and kept (ttl, waiting, heartbeat, hold cap); the key
-    /// is each request's own, so the one here is empty and unused.
-    pub(crate) lock: LockOptions,
-    pub(crate) release: ReleaseOn,
-    pub(crate) on_lost: OnLost,
-    /// The HTTP status for a contended key.
-    pub(crate) contended_status: StatusCode,
-    /// `Some` on a gRPC layer: the status code for a contended key.
-    #[cfg(feature = "grpc")]
-    pub(crate) grpc_contended: Option<tonic::Code>,
-}
-
-impl fmt::Debug for Config {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut config = f.debug_struct("Config");
-        config
-            .field("backend", &self.backend.capabilities().backend)
-            .field("lock", &self.lock)
-            .field("release", &self.release)
-            .field("on_lost", &self.on_lost)
-            .field("contended_status", &self.contended_status);
-        #[cfg(feature = "grpc")]
-        config.field("grpc_contended", &self.grpc_contended);
-        config.finish()
-    }
-}
-
-/// What the services of one layer share: each request clones it once (axum clones the service
-/// for every request), so it is one reference count, not one per field.
-pub(crate) struct Layered<K> {
-    pub(crate) make_key: Arc<K>,
-    pub(crate) config: Arc<Config>,
-}
 
 /// A [`tower::Layer`] that runs each request under the distributed lock its key names, so
 /// that requests sharing a key run one at a time across every process sharing the backend.
@@ -79,17 +18,23 @@ pub(crate) struct Layered<K> {
 /// Requests whose [key function](crate::MakeKey) returns `None` pass through unlocked.
 /// For the others, the layer acquires the lock before calling the inner service (the handler
 /// never runs without it), puts a [`HeldLock`](crate::HeldLock) in the request's extensions,
-/// keeps the lock alive with a heartbeat, and releases it at the end ([`ReleaseOn`]).
+/// runs the handler in the hold's `syncguard.hold` tracing span, keeps the lock alive with a
+/// heartbeat, and releases it at the end ([`ReleaseOn`]).
+///
+/// How a lock is taken and kept is a [`syncguard::LockOptions`], set with
+/// [`with_options`](Self::with_options); the rest are the layer's own settings.
 ///
 /// # Default
 /// | setting | default |
 /// |---|---|
-/// | [`ttl`](Self::with_ttl) | 30 s |
-/// | [`wait`](Self::with_wait) | none: a held key is answered at once |
-/// | [`heartbeat`](Self::with_heartbeat) | on: extends every third of the ttl while the request runs |
-/// | [`max_hold`](Self::with_max_hold) | none |
+/// | [options](Self::with_options) | `LockOptions::builder().retry(RetryPolicy::single_attempt()).build()`, that is: |
+/// | · ttl | 30 s ([`syncguard::DEFAULT_TTL`]) |
+/// | · retry | [`RetryPolicy::single_attempt`](syncguard::RetryPolicy::single_attempt): a held key is answered at once, unless the options wait (for example [`RetryPolicy::wait_for`](syncguard::RetryPolicy::wait_for)) |
+/// | · heartbeat | on: extends every third of the ttl while the request runs |
+/// | · max_hold | none |
+/// | · on_lost | [`OnLost::Cancel`](syncguard::OnLost::Cancel): the handler is dropped and 503 / `UNAVAILABLE` answered |
+/// | · show_key | off: logs and spans name the lock by its key hash |
 /// | [`release`](Self::with_release) | [`ReleaseOn::ResponseFuture`] |
-/// | [`on_lost`](Self::with_on_lost) | [`OnLost::Cancel`]: the handler is dropped and 503 / `UNAVAILABLE` answered |
 /// | contention | `423 Locked` ([`with_contended_status`](Self::with_contended_status)); gRPC `ABORTED` |
 ///
 /// # Constructors
@@ -100,10 +45,10 @@ pub(crate) struct Layered<K> {
 /// # Answers
 /// | situation | HTTP ([`new`](Self::new), [`for_axum`](Self::for_axum)) | gRPC ([`for_grpc`](Self::for_grpc)) |
 /// |---|---|---|
-/// | the key is held elsewhere (after waiting, if configured) | 423 (or 409), `Retry-After`, `application/problem+json` | `ABORTED`, `grpc-retry-pushback-ms` |
+/// | the key is held elsewhere (after waiting, if the options wait) | 423 (or 409), `Retry-After`, `application/problem+json` | `ABORTED`, `grpc-retry-pushback-ms` |
 /// | the backend failed (unreachable, timeout, auth) | 503, `Retry-After: 1` | `UNAVAILABLE` |
 /// | the key is invalid (empty, over 512 bytes) | 400 | `INVALID_ARGUMENT` |
-/// | the lock was lost before the response (with `OnLost::Cancel`) | 503 | `UNAVAILABLE` |
+/// | the lock was lost before the response | 503 | `UNAVAILABLE` |
 ///
 /// `Retry-After` is the number of seconds until the holder's lease runs out, plus the 1 s
 /// liveness tolerance, at least 1 and at most this layer's ttl plus 1 s (the holder's
@@ -112,17 +57,21 @@ pub(crate) struct Layered<K> {
 /// ```
 /// use std::time::Duration;
 /// use axum::{Router, routing::post};
-/// use syncguard::MemoryBackend;
+/// use syncguard::{LockOptions, MemoryBackend, RetryPolicy};
 /// use syncguard_tower::{HeldLock, LockLayer, ReleaseOn, key};
 ///
+/// let options = LockOptions::builder()
+///     .ttl(Duration::from_secs(10))
+///     .retry(RetryPolicy::wait_for(Duration::from_secs(2)))
+///     .max_hold(Duration::from_secs(300))
+///     .build()?;
 /// let locks = LockLayer::for_axum(MemoryBackend::new(), key::header("idempotency-key"))
-///     .with_ttl(Duration::from_secs(10))
-///     .with_wait(Duration::from_secs(2))
-///     .with_max_hold(Duration::from_secs(300))
+///     .with_options(options)
 ///     .with_release(ReleaseOn::BodyEnd);
 /// let app: Router = Router::new()
 ///     .route("/jobs", post(|lock: HeldLock| async move { format!("fence {}", lock.fence()) }))
 ///     .layer(locks);
+/// # Ok::<(), syncguard::LockError>(())
 /// ```
 ///
 /// `M` is the body type of the responses (see [`ResponseBodies`](crate::ResponseBodies)): a
@@ -191,7 +140,7 @@ impl<K> LockLayer<K> {
     #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
     pub fn for_grpc<B: LockBackend + 'static>(backend: B, make_key: K) -> Self {
         let mut layer = Self::build(Arc::new(backend), make_key);
-        layer.config().grpc_contended = Some(tonic::Code::Aborted);
+        layer.config_mut().grpc_contended = Some(tonic::Code::Aborted);
         layer
     }
 }
@@ -217,8 +166,8 @@ impl<K> LockLayer<K, axum::body::Body> {
     /// `Router::layer` wraps every route, and axum then boxes and clones the layered route for
     /// each request. When the key needs no route matching (a header, the method and path, a
     /// closure over the request), the layer can instead go around the router, as axum does for
-    /// middleware that must run before routing: one service, nothing boxed, about 850
-    /// instructions and two allocations less per request (see the README's figures). Every
+    /// middleware that must run before routing: one service, nothing boxed or cloned per
+    /// request by axum. Every
     /// request that carries a key is then locked, including those no route matches (they get
     /// their 404 under the lock). [`key::path_param`](crate::key::path_param) needs the route
     /// matched, so it needs `Router::route_layer`. Wrap `router.with_state(())`, as
@@ -252,118 +201,74 @@ impl<K, M> LockLayer<K, M> {
         Self {
             bodies: PhantomData,
             make_key: Arc::new(make_key),
-            config: Arc::new(Config {
-                backend,
-                lock: LockOptions::new(String::new())
-                    .with_ttl(syncguard::DEFAULT_TTL)
-                    .with_retry(RetryPolicy::single_attempt())
-                    .with_heartbeat(true),
-                release: ReleaseOn::default(),
-                on_lost: OnLost::Cancel,
-                contended_status: StatusCode::LOCKED,
-                #[cfg(feature = "grpc")]
-                grpc_contended: None,
-            }),
+            config: Arc::new(Config::new(backend)),
         }
     }
 
-    fn config(&mut self) -> &mut Config {
+    fn config_mut(&mut self) -> &mut Config {
         Arc::make_mut(&mut self.config)
     }
 
-    fn lock_options(mut self, set: impl FnOnce(LockOptions) -> LockOptions) -> Self {
-        let lock = &mut self.config().lock;
-        *lock = set(std::mem::replace(lock, LockOptions::new(String::new())));
+    /// How every request's lock is taken and kept: ttl, waiting
+    /// ([`retry`](syncguard::LockOptionsBuilder::retry)), heartbeat, `max_hold`, what a lost
+    /// lock does ([`on_lost`](syncguard::LockOptionsBuilder::on_lost)), and whether logs and
+    /// spans show the raw key ([`show_key`](syncguard::LockOptionsBuilder::show_key)).
+    ///
+    /// The options replace the layer's defaults as a whole, and `LockOptions`' own default
+    /// retry policy waits up to 5 s: say [`RetryPolicy::single_attempt`] to keep answering a
+    /// held key at once, or [`RetryPolicy::wait_for`] to wait for it (the request then waits
+    /// in the layer, without running, until the key is free or the wait is over). To change
+    /// some of the layer's defaults only, start from [`options`](Self::options).
+    ///
+    /// - **Heartbeat.** The extends run in the request's own task, when its response future
+    ///   is polled: a handler that blocks its thread instead of awaiting (move such work to
+    ///   `tokio::task::spawn_blocking`) delays them, and loses the lock if it blocks past the
+    ///   ttl. While a [`ReleaseOn::BodyEnd`] body streams, a task of its own keeps the lock.
+    /// - **Loss.** [`OnLost::Cancel`](syncguard::OnLost::Cancel) (the default) drops the
+    ///   handler and answers 503 / `UNAVAILABLE` (or, while a [`ReleaseOn::BodyEnd`] body
+    ///   streams, ends it with an error); [`OnLost::Notify`](syncguard::OnLost::Notify) lets
+    ///   it run on, and the handler can watch [`HeldLock::is_lost`](crate::HeldLock::is_lost).
+    ///   Either way, a handler that finishes when its lock is lost (also when its lease ran
+    ///   out while its thread was blocked) does not get its response through: the layer
+    ///   answers 503 / `UNAVAILABLE`, as the response was not made under the lock throughout.
+    ///
+    /// [`RetryPolicy::single_attempt`]: syncguard::RetryPolicy::single_attempt
+    /// [`RetryPolicy::wait_for`]: syncguard::RetryPolicy::wait_for
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use syncguard::{LockOptions, OnLost, RetryPolicy};
+    /// use syncguard_tower::{LockLayer, key};
+    ///
+    /// let layer = LockLayer::new(syncguard::MemoryBackend::new(), key::method_and_path());
+    /// // The layer's defaults, with a shorter ttl and a hold cap: held keys still answered at once.
+    /// let options = layer
+    ///     .options()
+    ///     .to_builder()
+    ///     .ttl(Duration::from_secs(5))
+    ///     .max_hold(Duration::from_secs(60))
+    ///     .build()?;
+    /// let layer = layer.with_options(options);
+    ///
+    /// // Or options of its own: wait up to 3 s for a held key; let a handler that lost its
+    /// // lock run on.
+    /// let patient = LockOptions::builder()
+    ///     .retry(RetryPolicy::wait_for(Duration::from_secs(3)))
+    ///     .on_lost(OnLost::Notify)
+    ///     .build()?;
+    /// let layer = layer.with_options(patient);
+    /// # let _ = layer;
+    /// # Ok::<(), syncguard::LockError>(())
+    /// ```
+    pub fn with_options(mut self, options: LockOptions) -> Self {
+        self.config_mut().options = options;
         self
     }
 
-    /// How long a lock lives without an extend: how quickly the key frees up when the replica
-    /// holding it crashes. With the heartbeat on it does not limit the handler's run time.
-    ///
-    /// # Panics
-    /// If `ttl` is under 1 ms or over 365 days.
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// # use syncguard_tower::{LockLayer, key};
-    /// let layer = LockLayer::new(syncguard::MemoryBackend::new(), key::method_and_path())
-    ///     .with_ttl(Duration::from_secs(5));
-    /// # let _ = layer;
-    /// ```
-    pub fn with_ttl(self, ttl: Duration) -> Self {
-        if let Err(error) = syncguard::time::ttl_millis(ttl) {
-            panic!("LockLayer::with_ttl: {error}");
-        }
-        self.lock_options(|lock| lock.with_ttl(ttl))
-    }
-
-    /// Waits up to `wait` for a held key to free up (retrying with syncguard's default
-    /// exponential backoff and jitter) before answering "locked". `Duration::ZERO` is the
-    /// default: one attempt, no wait.
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// # use syncguard_tower::{LockLayer, key};
-    /// let layer = LockLayer::new(syncguard::MemoryBackend::new(), key::method_and_path())
-    ///     .with_wait(Duration::from_secs(3));
-    /// # let _ = layer;
-    /// ```
-    pub fn with_wait(self, wait: Duration) -> Self {
-        let retry = if wait.is_zero() {
-            RetryPolicy::single_attempt()
-        } else {
-            RetryPolicy::new()
-                .with_max_retries(u32::MAX)
-                .with_timeout(wait)
-        };
-        self.with_retry(retry)
-    }
-
-    /// Waits as `retry` says (retries, delays, backoff, jitter, timeout) for a held key.
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// # use syncguard_tower::{LockLayer, key};
-    /// use syncguard::RetryPolicy;
-    /// let layer = LockLayer::new(syncguard::MemoryBackend::new(), key::method_and_path())
-    ///     .with_retry(RetryPolicy::new().with_base_delay(Duration::from_millis(20)));
-    /// # let _ = layer;
-    /// ```
-    pub fn with_retry(self, retry: RetryPolicy) -> Self {
-        self.lock_options(|lock| lock.with_retry(retry))
-    }
-
-    /// Whether to extend the lock while the request runs (default on). Without it, a request
-    /// that outlives the ttl loses its lock.
-    ///
-    /// The extends run in the request's own task, when its response future is polled: a
-    /// handler that blocks its thread instead of awaiting (move such work to
-    /// `tokio::task::spawn_blocking`) delays them, and loses the lock if it blocks past the
-    /// ttl. While a [`ReleaseOn::BodyEnd`] body streams, a task of its own keeps the lock.
-    ///
-    /// ```
-    /// # use syncguard_tower::{LockLayer, key};
-    /// let layer = LockLayer::new(syncguard::MemoryBackend::new(), key::method_and_path())
-    ///     .with_heartbeat(false);
-    /// # let _ = layer;
-    /// ```
-    pub fn with_heartbeat(self, heartbeat: bool) -> Self {
-        self.lock_options(|lock| lock.with_heartbeat(heartbeat))
-    }
-
-    /// Stops extending once a request has held its lock this long; the lock then runs out and
-    /// counts as lost (see [`with_on_lost`](Self::with_on_lost)). A guard against handlers
-    /// that hang.
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// # use syncguard_tower::{LockLayer, key};
-    /// let layer = LockLayer::new(syncguard::MemoryBackend::new(), key::method_and_path())
-    ///     .with_max_hold(Duration::from_secs(60));
-    /// # let _ = layer;
-    /// ```
-    pub fn with_max_hold(self, max_hold: Duration) -> Self {
-        self.lock_options(|lock| lock.with_max_hold(max_hold))
+    /// The options every request's lock is taken and kept with (see
+    /// [`with_options`](Self::with_options)).
+    pub fn options(&self) -> &LockOptions {
+        &self.config.options
     }
 
     /// When to release the lock: see [`ReleaseOn`].
@@ -375,27 +280,7 @@ impl<K, M> LockLayer<K, M> {
     /// # let _ = layer;
     /// ```
     pub fn with_release(mut self, release: ReleaseOn) -> Self {
-        self.config().release = release;
-        self
-    }
-
-    /// What a lost lock does to the request: [`OnLost::Cancel`] (default) drops the handler
-    /// and answers 503 / `UNAVAILABLE` (or, while a [`ReleaseOn::BodyEnd`] body streams, ends
-    /// it with an error); [`OnLost::Notify`] lets it run on, and the handler can watch
-    /// [`HeldLock::is_lost`](crate::HeldLock::is_lost). Either way, a handler that finishes
-    /// when its lock is lost (also when its lease ran out while its thread was blocked) does
-    /// not get its response through: the layer answers 503 / `UNAVAILABLE`, as the response
-    /// was not made under the lock throughout.
-    ///
-    /// ```
-    /// # use syncguard_tower::{LockLayer, key};
-    /// use syncguard::OnLost;
-    /// let layer = LockLayer::new(syncguard::MemoryBackend::new(), key::method_and_path())
-    ///     .with_on_lost(OnLost::Notify);
-    /// # let _ = layer;
-    /// ```
-    pub fn with_on_lost(mut self, on_lost: OnLost) -> Self {
-        self.config().on_lost = on_lost;
+        self.config_mut().release = release;
         self
     }
 
@@ -410,7 +295,7 @@ impl<K, M> LockLayer<K, M> {
     /// # let _ = layer;
     /// ```
     pub fn with_contended_status(mut self, status: StatusCode) -> Self {
-        self.config().contended_status = status;
+        self.config_mut().contended_status = status;
         self
     }
 
@@ -427,7 +312,7 @@ impl<K, M> LockLayer<K, M> {
     #[cfg(feature = "grpc")]
     #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
     pub fn with_contended_code(mut self, code: tonic::Code) -> Self {
-        let config = self.config();
+        let config = self.config_mut();
         if config.grpc_contended.is_some() {
             config.grpc_contended = Some(code);
         }

@@ -10,11 +10,11 @@
 //! (or, if you choose, only notified).
 //!
 //! ```
-//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {
 //! use std::time::Duration;
 //! use axum::{Router, body::Body, routing::post};
 //! use http::Request;
-//! use syncguard::MemoryBackend;
+//! use syncguard::{LockOptions, MemoryBackend, RetryPolicy};
 //! use syncguard_tower::{HeldLock, LockLayer, key};
 //! use tower::ServiceExt;
 //!
@@ -24,34 +24,42 @@
 //! }
 //!
 //! let backend = MemoryBackend::new(); // or PostgresBackend / RedisBackend, shared by replicas
+//! let options = LockOptions::builder()
+//!     .ttl(Duration::from_secs(10))
+//!     .retry(RetryPolicy::single_attempt()) // a held key is answered at once
+//!     .build()?;
 //! let app = Router::new().route("/jobs", post(create_job)).layer(
-//!     LockLayer::for_axum(backend.clone(), key::header("idempotency-key"))
-//!         .with_ttl(Duration::from_secs(10)),
+//!     LockLayer::for_axum(backend.clone(), key::header("idempotency-key")).with_options(options),
 //! );
 //!
 //! let request = || Request::post("/jobs").header("idempotency-key", "a1").body(Body::empty()).unwrap();
 //! assert_eq!(app.clone().oneshot(request()).await.unwrap().status(), 200);
 //!
 //! // While another replica holds the key, the request is answered 423 Locked, with Retry-After.
-//! let held = syncguard::acquire(&backend, &syncguard::LockOptions::new("idempotency-key:a1")).await.unwrap();
+//! let held = syncguard::acquire(&backend, "idempotency-key:a1", &LockOptions::default()).await?;
 //! let response = app.oneshot(request()).await.unwrap();
 //! assert_eq!(response.status(), 423);
 //! assert!(response.headers().contains_key("retry-after"));
-//! held.release().await.unwrap();
-//! # }
+//! held.release().await?;
+//! # Ok(()) }
 //! ```
 //!
 //! - **Keys**: [`MakeKey`], implemented by closures `Fn(&http::Request<B>) -> Option<String>`
 //!   and by [`key::header`], [`key::method_and_path`], [`key::path_and_header`] and (feature
 //!   `axum`) [`key::path_param`]. `None` lets the request through unlocked.
-//! - **Options** on [`LockLayer`]: ttl, waiting (none by default), heartbeat, `max_hold`, when
-//!   to release ([`ReleaseOn`]: when the response future completes, or when the body has been
-//!   sent), what a lost lock does ([`syncguard::OnLost`]), the contention status.
+//! - **Options**: how a lock is taken and kept is a [`syncguard::LockOptions`]
+//!   ([`LockLayer::with_options`]: ttl, waiting, heartbeat, `max_hold`, what a lost lock does,
+//!   whether logs show raw keys); by default a held key is answered at once. The layer's own
+//!   settings: when to release ([`ReleaseOn`]: when the response future completes, or when
+//!   the body has been sent) and the contention status.
 //! - **Answers**: 423 Locked (or 409) with `Retry-After` and a JSON problem document when the
 //!   key is held; 503 when the backend fails (the handler never runs without its lock); gRPC
 //!   statuses with [`LockLayer::for_grpc`] (feature `grpc`): `ABORTED`, `UNAVAILABLE`.
-//! - **In the handler**: [`HeldLock`] (fence, lock id, loss) from the request's extensions, or
-//!   as an axum extractor.
+//! - **In the handler**: [`HeldLock`] (fence, lock id, expiry, loss: the accessors of
+//!   [`syncguard::LockGuard`]) from the request's extensions, or as an axum extractor.
+//! - **Observability**: the handler runs in the hold's `syncguard.hold` tracing span (key hash,
+//!   fence, outcome), and every warning the layer logs names the lock (`lock = key hash …`,
+//!   with the key itself only under [`show_key`](syncguard::LockOptionsBuilder::show_key)).
 //!
 //! # Features
 //! | feature | default | what |
@@ -60,7 +68,12 @@
 //! | `grpc` | no | [`LockLayer::for_grpc`]: rejections as `tonic::Status` |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// The modules import one way only: `layer` (the `LockLayer` and its settings) → `service`
+// (keys the request, starts the acquisition) → `future` (acquire, run under the lock,
+// release) → `response` (the rejections) → `body` (`LockBody`); all of them read `config`
+// (what one layer's services share), and `key` and `extension` import none of them.
 mod body;
+mod config;
 mod extension;
 mod future;
 pub mod key;
@@ -69,10 +82,11 @@ mod response;
 mod service;
 
 pub use body::{BoxError, LockBody, ResponseBodies, Wrapped};
+pub use config::ReleaseOn;
 pub use extension::HeldLock;
 #[cfg(feature = "axum")]
 pub use extension::MissingLock;
 pub use future::ResponseFuture;
 pub use key::MakeKey;
-pub use layer::{LockLayer, ReleaseOn};
+pub use layer::LockLayer;
 pub use service::LockService;

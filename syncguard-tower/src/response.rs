@@ -4,10 +4,10 @@ use std::time::Duration;
 
 use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use http::{Response, StatusCode};
-use syncguard::{LockBackend, LockError, LostReason};
+use syncguard::{LockError, LostReason};
 
 use crate::body::LockBody;
-use crate::layer::Config;
+use crate::config::Config;
 
 /// Why the handler did not run, or did not finish.
 #[derive(Debug)]
@@ -23,19 +23,15 @@ pub(crate) enum Rejection {
 }
 
 impl Rejection {
-    /// Classifies an acquisition failure, looking up the holder's expiry for contention.
-    pub(crate) async fn from_acquire_error(
-        error: LockError,
-        backend: &dyn LockBackend,
-        key: &str,
-        config: &Config,
-    ) -> Self {
+    /// Classifies the failure to acquire the lock on `key`, looking up the holder's expiry
+    /// for contention.
+    pub(crate) async fn from_acquire_error(error: LockError, key: &str, config: &Config) -> Self {
         if error.is_contended() {
-            let holder = syncguard::get_by_key(backend, key).await;
+            let holder = syncguard::get_by_key(config.backend.as_ref(), key).await;
             let expires_at_ms = match holder {
                 Ok(info) => info.map(|info| info.expires_at_ms),
-                Err(error) => {
-                    tracing::debug!(%error, "syncguard_tower: looking up the holder's expiry failed; answering Retry-After: 1");
+                Err(lookup) => {
+                    tracing::debug!(error = %lookup, lock = %config.lock_name(key), "syncguard_tower: looking up the holder's expiry failed; answering Retry-After: 1");
                     None
                 }
             };
@@ -43,15 +39,15 @@ impl Rejection {
                 retry_after_secs: retry_after_secs(
                     expires_at_ms,
                     syncguard::time::now_ms(),
-                    config.lock.ttl(),
+                    config.options.ttl(),
                 ),
             };
         }
         if matches!(error, LockError::InvalidArgument { .. }) {
-            tracing::debug!(%error, "syncguard_tower: invalid lock key");
+            tracing::debug!(%error, lock = %config.lock_name(key), "syncguard_tower: invalid lock key");
             return Self::InvalidKey;
         }
-        tracing::warn!(%error, "syncguard_tower: lock backend failed; answering without running the handler");
+        tracing::warn!(%error, lock = %config.lock_name(key), "syncguard_tower: lock backend failed; answering without running the handler");
         Self::Unavailable
     }
 

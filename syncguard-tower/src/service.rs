@@ -10,12 +10,10 @@ use http::{Request, Response};
 use tower::Service;
 
 use crate::body::{BoxError, ResponseBodies, Wrapped};
+use crate::config::{Config, Layered};
 use crate::future::{AcquireFuture, ResponseFuture};
 use crate::key::MakeKey;
-use crate::layer::{Config, Layered};
 use crate::response::Rejection;
-use syncguard::__private::AcquiredNow;
-use syncguard::LockError;
 
 /// The service [`LockLayer`](crate::LockLayer) wraps around an inner service: each request
 /// whose key function gives a key runs under that key's lock. See the layer for the
@@ -103,55 +101,24 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let Layered { make_key, config } = &*self.layered;
-        let Some(key) = make_key.make_key_text(&request) else {
+        let Some(key) = make_key.make_key(&request) else {
             return ResponseFuture::unlocked(self.inner.call(request), Arc::clone(config));
-        };
-        // A backend that answers at once (in-process) needs no acquire future, and the inner
-        // service takes the request now.
-        let key = match syncguard::__private::acquire_driven_now(&config.backend, key, &config.lock)
-        {
-            AcquiredNow::Acquired(guard) => {
-                return ResponseFuture::running(
-                    &mut self.inner,
-                    request,
-                    guard,
-                    Arc::clone(config),
-                );
-            }
-            AcquiredNow::Failed(error, key) => {
-                let config = Arc::clone(config);
-                let reject = Box::pin(async move { Err(rejection(error, &key, &config).await) });
-                return ResponseFuture::acquiring(reject, None, Arc::clone(&self.layered.config));
-            }
-            AcquiredNow::Later(key) => key,
         };
         // The service that was polled ready goes with the request; a clone stays for the next.
         let ready = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, ready);
         let acquire = acquire(key, Arc::clone(config));
-        ResponseFuture::acquiring(acquire, Some((ready, request)), Arc::clone(config))
+        ResponseFuture::acquiring(acquire, ready, request, Arc::clone(config))
     }
 }
 
-/// The answer to a failed acquisition. Boxed apart from the acquire future: most requests
-/// never get here, and that future stays small.
-async fn rejection(error: LockError, key: &str, config: &Config) -> Rejection {
-    Box::pin(Rejection::from_acquire_error(
-        error,
-        config.backend.as_ref(),
-        key,
-        config,
-    ))
-    .await
-}
-
+/// Takes the lock on `key` for one request, or says what to answer instead. The response
+/// future drives the lock's keeper itself (see [`ResponseFuture`]).
 fn acquire(key: String, config: Arc<Config>) -> AcquireFuture {
     Box::pin(async move {
-        let backend = &config.backend;
-        // The response future runs the heartbeat itself (see `ResponseFuture`).
-        match syncguard::__private::acquire_driven(Arc::clone(backend), key, &config.lock).await {
+        match syncguard::acquire_driven(&config.backend, &key, &config.options).await {
             Ok(guard) => Ok(guard),
-            Err((error, key)) => Err(rejection(error, &key, &config).await),
+            Err(error) => Err(Rejection::from_acquire_error(error, &key, &config).await),
         }
     })
 }

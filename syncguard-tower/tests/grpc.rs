@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::uri::PathAndQuery;
-use syncguard::{LockBackend, MemoryBackend};
+use syncguard::{LockBackend, LockOptions, MemoryBackend, RetryPolicy};
 use syncguard_tower::{HeldLock, LockLayer, key};
 use tonic::body::Body;
 use tonic::server::NamedService;
@@ -97,8 +97,13 @@ async fn serve<B: LockBackend + 'static>(lock_backend: B, jobs_backend: MemoryBa
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let layer = LockLayer::for_grpc(lock_backend, key::path_and_header("x-job-id"))
-        .with_ttl(Duration::from_millis(400));
+    let options = LockOptions::builder()
+        .ttl(Duration::from_millis(400))
+        .retry(RetryPolicy::single_attempt())
+        .build()
+        .unwrap();
+    let layer =
+        LockLayer::for_grpc(lock_backend, key::path_and_header("x-job-id")).with_options(options);
     tokio::spawn(async move {
         Server::builder()
             .layer(layer)

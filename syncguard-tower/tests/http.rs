@@ -14,10 +14,12 @@ use http_body_util::BodyExt;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use syncguard::backend::{
+    AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, Lookup, ReleaseOutcome,
+};
 use syncguard::telemetry::{LockEvent, Operation, with_telemetry};
 use syncguard::{
-    AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockError, LockId,
-    LockInfo, Lookup, MemoryBackend, OnLost, ReleaseOutcome,
+    LockBackend, LockError, LockId, LockInfo, LockOptions, MemoryBackend, OnLost, RetryPolicy,
 };
 use syncguard_tower::{HeldLock, LockLayer, ReleaseOn, key};
 use tower::Layer;
@@ -69,6 +71,15 @@ impl Server {
             body: String::from_utf8(body.to_vec()).unwrap(),
         }
     }
+}
+
+/// The layer's default options (a held key answered at once) with `ttl`.
+fn ttl(ttl: Duration) -> LockOptions {
+    LockOptions::builder()
+        .ttl(ttl)
+        .retry(RetryPolicy::single_attempt())
+        .build()
+        .unwrap()
 }
 
 fn retry_after(answer: &Answer) -> u64 {
@@ -147,7 +158,7 @@ async fn one_key_runs_once(backend: impl LockBackend + 'static) {
         backend,
         probe.clone(),
         Duration::from_millis(800),
-        |l| l.with_ttl(Duration::from_secs(5)),
+        |l| l.with_options(ttl(Duration::from_secs(5))),
     ))
     .await;
     one_key_runs_once_on(Arc::new(server), &probe).await;
@@ -158,7 +169,7 @@ async fn a_layer_around_the_whole_router_gives_the_same_answers() {
     let probe = Probe::default();
     let router = job_router(probe.clone(), Duration::from_millis(800));
     let app = LockLayer::for_axum(MemoryBackend::new(), key::header("idempotency-key"))
-        .with_ttl(Duration::from_secs(5))
+        .with_options(ttl(Duration::from_secs(5)))
         .layer(router.with_state(()));
     let (listener, server) = listen().await;
     tokio::spawn(async move {
@@ -276,6 +287,14 @@ async fn the_handler_reads_the_lock_from_the_extension_and_the_extractor() {
                     assert_eq!(lock.fence(), same.fence());
                     assert_eq!(lock.lock_id(), same.lock_id());
                     assert!(!lock.is_lost());
+                    // The accessors of a LockGuard, through its handle.
+                    assert!(lock.is_held() && lock.lost_reason().is_none());
+                    assert_eq!(lock.ttl(), syncguard::DEFAULT_TTL);
+                    assert!(lock.expires_at_ms() > syncguard::time::now_ms());
+                    assert!(lock.held_for() < syncguard::DEFAULT_TTL);
+                    assert_eq!(lock.handle().fence(), lock.fence());
+                    assert_eq!(lock.name().key(), None, "keys are not shown by default");
+                    assert!(!lock.lost_token().is_cancelled());
                     format!(
                         "{} {} {}",
                         lock.key(),
@@ -349,7 +368,7 @@ async fn a_long_handler_keeps_its_lock_through_several_ttls() {
             MemoryBackend::new(),
             probe.clone(),
             Duration::from_millis(2000),
-            |l| l.with_ttl(Duration::from_millis(300)),
+            |l| l.with_options(ttl(Duration::from_millis(300))),
         ))
         .await,
     );
@@ -374,7 +393,10 @@ async fn waiting_lets_a_second_request_run_after_the_first() {
         MemoryBackend::new(),
         probe.clone(),
         Duration::from_millis(300),
-        |l| l.with_wait(Duration::from_secs(10)),
+        |l| {
+            let wait = RetryPolicy::wait_for(Duration::from_secs(10));
+            l.with_options(LockOptions::builder().retry(wait).build().unwrap())
+        },
     ))
     .await;
     let (a, b) = tokio::join!(
@@ -386,6 +408,59 @@ async fn waiting_lets_a_second_request_run_after_the_first() {
     fences.sort();
     assert_eq!(fences, ["000000000000001", "000000000000002"]);
     assert_eq!(probe.max_inside.load(Ordering::SeqCst), 1);
+}
+
+/// `RetryPolicy::wait_for` in the layer's options: a request for a held key waits in the
+/// layer, without running, and runs once the key is free; a wait that runs out is a 423.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn options_that_wait_run_the_request_once_the_key_is_free() {
+    let backend = MemoryBackend::new();
+    let waiting = |wait: Duration| {
+        let options = LockOptions::builder()
+            .retry(RetryPolicy::wait_for(wait))
+            .build()
+            .unwrap();
+        LockLayer::for_axum(backend.clone(), key::header("idempotency-key")).with_options(options)
+    };
+    let probe = Probe::default();
+    let patient = Arc::new(
+        serve(job_router(probe.clone(), Duration::ZERO).layer(waiting(Duration::from_secs(10))))
+            .await,
+    );
+    let hasty =
+        serve(job_router(probe.clone(), Duration::ZERO).layer(waiting(Duration::from_millis(300))))
+            .await;
+
+    // Another replica holds the key.
+    let held = syncguard::acquire(&backend, "idempotency-key:w", &LockOptions::default())
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let answer = hasty.post("/jobs", Some("w")).await;
+    assert_eq!(answer.status, StatusCode::LOCKED, "{}", answer.body);
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!((1..=31).contains(&retry_after(&answer)));
+
+    let started = Instant::now();
+    let request = tokio::spawn({
+        let patient = Arc::clone(&patient);
+        async move { patient.post("/jobs", Some("w")).await }
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        probe.runs.load(Ordering::SeqCst),
+        0,
+        "the request waits without running"
+    );
+    assert!(held.release().await.unwrap());
+    let answer = request.await.unwrap();
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert_eq!(
+        answer.body, "000000000000002",
+        "it ran under the lock, after the holder"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(400));
+    assert_eq!(probe.runs.load(Ordering::SeqCst), 1);
 }
 
 /// An app whose handler has its lock released behind its back, then would sleep 60 s.
@@ -409,9 +484,13 @@ fn stolen_app(backend: MemoryBackend, on_lost: OnLost, finished: Arc<AtomicBool>
             }),
         )
         .layer(
-            LockLayer::for_axum(backend, key::header("idempotency-key"))
-                .with_ttl(Duration::from_millis(300))
-                .with_on_lost(on_lost),
+            LockLayer::for_axum(backend, key::header("idempotency-key")).with_options(
+                ttl(Duration::from_millis(300))
+                    .to_builder()
+                    .on_lost(on_lost)
+                    .build()
+                    .unwrap(),
+            ),
         )
 }
 
@@ -477,7 +556,7 @@ async fn a_handler_that_blocked_past_its_lease_does_not_answer_success() {
         )
         .layer(
             LockLayer::for_axum(backend, key::header("idempotency-key"))
-                .with_ttl(Duration::from_millis(300)),
+                .with_options(ttl(Duration::from_millis(300))),
         );
     let server = serve(app).await;
     let answer = server.post("/jobs", Some("blocked")).await;
@@ -490,7 +569,7 @@ async fn a_handler_that_blocked_past_its_lease_does_not_answer_success() {
     assert!(answer.body.contains("lost"), "{}", answer.body);
     // Rightly so: another client could take the lock while the handler was blocked.
     let lease = thief
-        .acquire("blocked", Duration::from_secs(5))
+        .acquire("idempotency-key:blocked", Duration::from_secs(5))
         .await
         .unwrap()
         .lease()
@@ -506,8 +585,13 @@ async fn max_hold_ends_a_hanging_handler() {
         probe,
         Duration::from_secs(60),
         |l| {
-            l.with_ttl(Duration::from_millis(200))
-                .with_max_hold(Duration::from_millis(500))
+            let options = ttl(Duration::from_millis(200)).to_builder();
+            l.with_options(
+                options
+                    .max_hold(Duration::from_millis(500))
+                    .build()
+                    .unwrap(),
+            )
         },
     ))
     .await;

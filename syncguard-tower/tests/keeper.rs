@@ -26,9 +26,9 @@ fn alive_tasks() -> usize {
 }
 
 fn layer(backend: &MemoryBackend, release: ReleaseOn) -> LockLayer<key::MethodAndPath> {
-    LockLayer::new(backend.clone(), key::method_and_path())
-        .with_ttl(TTL)
-        .with_release(release)
+    let layer = LockLayer::new(backend.clone(), key::method_and_path());
+    let options = layer.options().to_builder().ttl(TTL).build().unwrap();
+    layer.with_options(options).with_release(release)
 }
 
 fn request() -> Request<Full<Bytes>> {

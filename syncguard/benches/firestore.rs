@@ -14,8 +14,9 @@ mod support;
 use std::time::Duration;
 
 use support::{Cycle, print_header, print_row, run, scenario_duration};
-use syncguard::firestore::{FirestoreBackend, FirestoreConfig};
-use syncguard::{AcquireOutcome, LockBackend, LockId};
+use syncguard::LockId;
+use syncguard::backend::LockBackend;
+use syncguard::firestore::FirestoreBackend;
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -34,7 +35,7 @@ async fn main() {
             .collect::<String>()
             .to_lowercase()
     );
-    let backend = FirestoreBackend::connect(&project, FirestoreConfig::new())
+    let backend = FirestoreBackend::connect(&project)
         .await
         .expect("connect to the emulator");
     let duration = scenario_duration();
@@ -57,17 +58,14 @@ async fn main() {
                     format!("{prefix}:{worker}:{iteration}")
                 };
                 async move {
-                    match backend.acquire(&key, TTL).await.expect("acquire") {
-                        AcquireOutcome::Acquired(lease) => {
-                            let released = backend.release(&lease.lock_id).await.expect("release");
-                            assert!(released.is_released());
-                            Cycle::Done
-                        }
-                        AcquireOutcome::Contended => {
-                            tokio::time::sleep(Duration::from_millis(1)).await;
-                            Cycle::Contended
-                        }
-                    }
+                    let outcome = backend.acquire(&key, TTL).await.expect("acquire");
+                    let Some(lease) = outcome.lease() else {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        return Cycle::Contended;
+                    };
+                    let released = backend.release(&lease.lock_id).await.expect("release");
+                    assert!(released.is_released());
+                    Cycle::Done
                 }
             })
             .await;

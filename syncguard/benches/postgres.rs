@@ -18,8 +18,9 @@ use std::time::Duration;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use support::{Cycle, RoundTripProxy, print_header, print_row, run, scenario_duration};
+use syncguard::LockId;
+use syncguard::backend::{LockBackend, Lookup};
 use syncguard::postgres::{PostgresBackend, PostgresConfig, setup_schema};
-use syncguard::{AcquireOutcome, LockBackend, LockId, Lookup};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -86,14 +87,13 @@ async fn main() {
                 let backend = backend.clone();
                 let key = worker_key(&prefix, hot, worker);
                 async move {
-                    match backend.acquire(&key, TTL).await.expect("acquire") {
-                        AcquireOutcome::Acquired(lease) => {
-                            let released = backend.release(&lease.lock_id).await.expect("release");
-                            assert!(released.is_released());
-                            Cycle::Done
-                        }
-                        AcquireOutcome::Contended => Cycle::Contended,
-                    }
+                    let outcome = backend.acquire(&key, TTL).await.expect("acquire");
+                    let Some(lease) = outcome.lease() else {
+                        return Cycle::Contended;
+                    };
+                    let released = backend.release(&lease.lock_id).await.expect("release");
+                    assert!(released.is_released());
+                    Cycle::Done
                 }
             })
             .await;
@@ -242,6 +242,10 @@ async fn round_trips(url: &str) {
         }
     }
     println!("round trips per operation (measured over {N} operations each, after warm-up):\n");
+    println!(
+        "(every ReadyForQuery on the wire; this includes the ping sqlx sends on each connection \
+         it takes back into its pool, after the operation has answered)\n"
+    );
     println!("| operation | round trips |");
     println!("|---|---:|");
     let names = [

@@ -18,8 +18,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use syncguard::LockId;
+use syncguard::backend::{AcquireOutcome, LockBackend};
 use syncguard::redis::{ConnectionMode, RedisBackend};
-use syncguard::{AcquireOutcome, LockBackend, LockId};
 use tokio::time::Instant;
 
 const WORKERS: [usize; 3] = [1, 16, 64];

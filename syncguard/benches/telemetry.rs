@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::SdkTracerProvider;
+use syncguard::MemoryBackend;
+use syncguard::backend::LockBackend;
 use syncguard::telemetry::{with_opentelemetry, with_telemetry};
-use syncguard::{LockBackend, MemoryBackend};
 
 const CALLS: u64 = 50_000;
 const ROUNDS: usize = 7;

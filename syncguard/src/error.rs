@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::LockName;
+
 /// A boxed driver error, kept as the [`source`](std::error::Error::source) of a [`LockError`].
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -11,8 +13,10 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// The first eight variants are the error codes of the reference design, so a Rust and a
 /// TypeScript service report the same failure the same way ([`LockError::code`] gives the
 /// reference name). Contention is *not* an error: a backend's `acquire` reports it as
-/// [`AcquireOutcome::Contended`](crate::AcquireOutcome::Contended); only the waiting helpers
-/// turn it into [`LockError::AcquisitionTimeout`] once they give up.
+/// [`AcquireOutcome::Contended`](crate::backend::AcquireOutcome::Contended),
+/// [`try_acquire`](crate::try_acquire) as `Ok(None)`; only [`acquire`](crate::acquire) and
+/// what builds on it turn it into [`LockError::Contended`] (no wait was allowed) or
+/// [`LockError::AcquisitionTimeout`] (the wait ran out).
 ///
 /// Branch on the predicates ([`is_retryable`](Self::is_retryable),
 /// [`is_lock_lost`](Self::is_lock_lost), [`code`](Self::code)) rather than on messages.
@@ -74,12 +78,24 @@ pub enum LockError {
         source: Option<BoxError>,
     },
 
+    /// The lock is held by someone else, and the retry policy allowed no wait
+    /// ([`RetryPolicy::single_attempt`](crate::RetryPolicy::single_attempt)).
+    #[error(
+        "lock {lock} is held by another owner; retry later, or wait for it with `RetryPolicy::wait_for`"
+    )]
+    Contended {
+        /// The lock.
+        lock: LockName,
+    },
+
     /// The lock stayed held by someone else for as long as the caller was willing to wait.
     #[error(
-        "lock still held by another owner after {attempts} attempt{} in {elapsed:?}; wait longer or retry later",
+        "lock {lock} still held by another owner after {attempts} attempt{} in {elapsed:?}; wait longer or retry later",
         if *attempts == 1 { "" } else { "s" }
     )]
     AcquisitionTimeout {
+        /// The lock.
+        lock: LockName,
         /// How many acquire attempts were made.
         attempts: u32,
         /// How long the caller waited in total.
@@ -103,8 +119,10 @@ pub enum LockError {
 
     /// The lock was lost while the work was running under it: the work was (or should be)
     /// stopped because another owner may now hold the lock.
-    #[error("lock lost while held: {reason}")]
+    #[error("lock {lock} lost while held: {reason}")]
     LockLost {
+        /// The lock.
+        lock: LockName,
         /// Why the holder no longer owns the lock.
         reason: LostReason,
     },
@@ -133,6 +151,9 @@ pub enum ErrorCode {
     NetworkTimeout,
     /// See [`LockError::AcquisitionTimeout`].
     AcquisitionTimeout,
+    /// See [`LockError::Contended`]. Not a code of the reference design, which reports a
+    /// held lock as a result, not an error.
+    Contended,
     /// See [`LockError::Aborted`].
     Aborted,
     /// See [`LockError::Internal`].
@@ -153,6 +174,7 @@ impl ErrorCode {
             Self::RateLimited => "RateLimited",
             Self::NetworkTimeout => "NetworkTimeout",
             Self::AcquisitionTimeout => "AcquisitionTimeout",
+            Self::Contended => "Contended",
             Self::Aborted => "Aborted",
             Self::Internal => "Internal",
             Self::LockLost => "LockLost",
@@ -235,6 +257,7 @@ impl LockError {
             | Self::NetworkTimeout { source, .. }
             | Self::Internal { source, .. } => *source = Some(error.into()),
             Self::AcquisitionTimeout { .. }
+            | Self::Contended { .. }
             | Self::Aborted
             | Self::LockLost { .. }
             | Self::NoDefaultBackend => {}
@@ -251,6 +274,7 @@ impl LockError {
             Self::RateLimited { .. } => ErrorCode::RateLimited,
             Self::NetworkTimeout { .. } => ErrorCode::NetworkTimeout,
             Self::AcquisitionTimeout { .. } => ErrorCode::AcquisitionTimeout,
+            Self::Contended { .. } => ErrorCode::Contended,
             Self::Aborted => ErrorCode::Aborted,
             Self::Internal { .. } => ErrorCode::Internal,
             Self::LockLost { .. } => ErrorCode::LockLost,
@@ -268,6 +292,7 @@ impl LockError {
                 | Self::RateLimited { .. }
                 | Self::NetworkTimeout { .. }
                 | Self::AcquisitionTimeout { .. }
+                | Self::Contended { .. }
                 | Self::LockLost { .. }
         )
     }
@@ -277,9 +302,24 @@ impl LockError {
         matches!(self, Self::LockLost { .. })
     }
 
-    /// Whether the caller gave up waiting for a lock that stayed held by someone else.
+    /// Whether the lock was held by someone else ([`Contended`](Self::Contended), or
+    /// [`AcquisitionTimeout`](Self::AcquisitionTimeout) after waiting).
     pub const fn is_contended(&self) -> bool {
-        matches!(self, Self::AcquisitionTimeout { .. })
+        matches!(
+            self,
+            Self::Contended { .. } | Self::AcquisitionTimeout { .. }
+        )
+    }
+
+    /// The lock this error is about, when the error is about one lock (contention, timeout,
+    /// loss).
+    pub fn lock(&self) -> Option<&LockName> {
+        match self {
+            Self::Contended { lock }
+            | Self::AcquisitionTimeout { lock, .. }
+            | Self::LockLost { lock, .. } => Some(lock),
+            _ => None,
+        }
     }
 }
 
@@ -295,14 +335,22 @@ mod tests {
             "InvalidArgument"
         );
         assert_eq!(LockError::Aborted.code().to_string(), "Aborted");
-        assert_eq!(
-            LockError::AcquisitionTimeout {
-                attempts: 1,
-                elapsed: Duration::ZERO
-            }
-            .code(),
-            ErrorCode::AcquisitionTimeout
+        let timeout = LockError::AcquisitionTimeout {
+            lock: LockName::new("job:1", false),
+            attempts: 1,
+            elapsed: Duration::ZERO,
+        };
+        assert_eq!(timeout.code(), ErrorCode::AcquisitionTimeout);
+        assert!(
+            timeout.to_string().contains("after 1 attempt in"),
+            "{timeout}"
         );
+        let contended = LockError::Contended {
+            lock: LockName::new("job:1", true),
+        };
+        assert_eq!(contended.code().as_str(), "Contended");
+        assert!(contended.is_contended() && contended.is_retryable());
+        assert!(contended.to_string().contains("\"job:1\""), "{contended}");
     }
 
     #[test]
@@ -321,6 +369,7 @@ mod tests {
         assert!(LockError::rate_limited("x").is_retryable());
         assert!(
             LockError::LockLost {
+                lock: LockName::new("k", false),
                 reason: LostReason::NotHeld
             }
             .is_retryable()

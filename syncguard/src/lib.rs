@@ -1,29 +1,86 @@
-// The README (with PostgreSQL and Redis examples) is the crate documentation when those
-// backends are compiled in, as on docs.rs; a narrower build gets a pointer to it.
-#![cfg_attr(all(feature = "postgres", feature = "redis", feature = "macros"), doc = include_str!("../../README.md"))]
-#![cfg_attr(
-    not(all(feature = "postgres", feature = "redis", feature = "macros")),
-    doc = "Distributed locks with fencing tokens and an automatic heartbeat. See the README, or \
-           build the documentation with `--all-features`."
-)]
+//! Distributed locks for async Rust, with fencing tokens, an automatic heartbeat and a loss
+//! signal, on PostgreSQL, Redis, Firestore or in-process memory.
+//!
+//! - **Fencing.** Every acquisition carries a [`Fence`] that only grows from one holder to
+//!   the next: pass it to the resource you write to, so that a holder whose lock was taken
+//!   over (after a pause, a partition) can be refused.
+//! - **Heartbeat.** While you hold a lock, it is extended every third of its ttl, so the ttl
+//!   is how fast a crashed holder's lock frees up, not a limit on your work.
+//! - **Loss.** If the lock is lost anyway (the backend unreachable past the lease, the hold
+//!   cap reached), the holder is told at once, and work run under the lock is cancelled by
+//!   default.
+//!
+//! # Quick start
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {
+//! use std::time::Duration;
+//! use syncguard::{LockOptions, MemoryBackend, RetryPolicy};
+//!
+//! let backend = MemoryBackend::new(); // or PostgresBackend, RedisBackend, FirestoreBackend
+//! let options = LockOptions::builder()
+//!     .ttl(Duration::from_secs(10))
+//!     .retry(RetryPolicy::wait_for(Duration::from_secs(5)))
+//!     .build()?;
+//! let total = syncguard::with_lock(&backend, "invoice:42", &options, async |guard| {
+//!     // Exclusive across every process sharing the backend; hand the fence to the store.
+//!     let _fence = guard.fence();
+//!     Ok::<_, syncguard::LockError>(42)
+//! })
+//! .await?;
+//! assert_eq!(total, 42);
+//! # Ok(()) }
+//! ```
+//!
+//! # Entry points
+//! | to | use |
+//! |---|---|
+//! | run work under a lock | [`with_lock`] |
+//! | hold a lock across code of your own | [`acquire`] (waits as the options say), [`try_acquire`] (one attempt, `None` when held), then [`LockGuard`] |
+//! | lock an `async fn` | `#[locked(key = "job:{id}")]` (feature `macros`, on by default) |
+//! | lock requests of an axum or tonic service | the `syncguard-tower` crate's `LockLayer` |
+//! | build an integration that owns the guard in its own future | [`acquire_driven`], [`LockGuard::poll_keeper`], [`LockGuard::spawn_keeper`], [`LockHandle`] |
+//! | see who holds a lock | [`get_by_key`], [`get_by_id`], [`owns`] |
+//! | release everything on shutdown | [`shutdown`] |
+//!
+//! [`LockOptions`] is the policy (ttl, waiting, heartbeat, hold cap, what a loss does), apart
+//! from the key: one options value serves every key. Errors are one type, [`LockError`]; the
+//! ones about one lock name it by its key hash ([`LockName`]), and by its key too when the
+//! options [show it](LockOptionsBuilder::show_key).
+//!
+//! # Backends
+//! | backend | feature | made with |
+//! |---|---|---|
+//! | in-process memory | `memory` (default) | `MemoryBackend::new()` |
+//! | PostgreSQL (sqlx) | `postgres`, `postgres-tls` | `PostgresBackend::connect(url)`, `::builder(url)`, `::new(pool, config)` |
+//! | Redis (redis-rs, deadpool-redis) | `redis`, `redis-tls` | `RedisBackend::connect(url)`, `::builder(url)`, `::from_pool(..)` |
+//! | Firestore | `firestore` | `FirestoreBackend::connect(project_id)`, `::builder(..)`, `::new(db, config)` |
+//!
+//! Each backend's module (`syncguard::postgres`, `syncguard::redis`, `syncguard::firestore`)
+//! documents its storage layout, which is that of the SyncGuard reference design, so Rust and
+//! TypeScript services can share locks. Writing a backend of your own: the [`backend`] module
+//! and the conformance suite (feature `conformance`). Telemetry decorators (a callback,
+//! OpenTelemetry) are in [`telemetry`]; every hold also has a `tracing` span,
+//! `syncguard.hold`.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod backend;
+mod acquire;
+pub mod backend;
+mod default_backend;
 mod error;
 mod fence;
 #[cfg(feature = "firestore")]
 pub mod firestore;
 mod guard;
+mod inspect;
 pub mod key;
-mod key_text;
-mod lock;
 mod lock_id;
+mod lock_name;
+pub mod macro_support;
 #[cfg(feature = "memory")]
 mod memory;
-mod observe;
+mod options;
 #[cfg(feature = "postgres")]
 pub mod postgres;
-mod private;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod retry;
@@ -31,35 +88,33 @@ pub mod telemetry;
 pub mod time;
 #[cfg(any(feature = "postgres-tls", feature = "redis-tls"))]
 mod tls;
+mod with_lock;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use backend::{
-    AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, Lease, LockBackend, LockInfo,
-    LockInfoRaw, Lookup, NotHeldReason, ReleaseOutcome, TimeAuthority, get_by_id, get_by_id_raw,
-    get_by_key, get_by_key_raw, owns,
-};
+pub use acquire::{acquire, acquire_driven, try_acquire};
+pub use backend::{LockBackend, LockInfo};
+pub use default_backend::{default_backend, set_default_backend};
 pub use error::{BoxError, ErrorCode, LockError, LostReason};
 pub use fence::{FENCE_MAX, FENCE_WARN, Fence};
-pub use guard::LockGuard;
 pub use guard::shutdown::{ShutdownReport, shutdown};
-pub use lock::{
-    DEFAULT_TTL, LockOptions, OnLost, acquire, default_backend, set_default_backend, with_lock,
-};
+pub use guard::{LockGuard, LockHandle};
+pub use inspect::{LockInfoRaw, get_by_id, get_by_id_raw, get_by_key, get_by_key_raw, owns};
 pub use lock_id::{LOCK_ID_LEN, LockId};
+pub use lock_name::LockName;
+pub use options::{DEFAULT_TTL, LockOptions, LockOptionsBuilder, OnLost};
+pub use retry::{Backoff, Jitter, RetryPolicy};
+pub use with_lock::with_lock;
+
+#[cfg(feature = "firestore")]
+pub use firestore::FirestoreBackend;
 #[cfg(feature = "memory")]
 pub use memory::MemoryBackend;
-pub use observe::LockObserver;
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresBackend;
 #[cfg(feature = "redis")]
 pub use redis::RedisBackend;
-pub use retry::{Backoff, Jitter, RetryPolicy};
 
 #[cfg(feature = "macros")]
 pub use syncguard_macros::locked;
-
-#[doc(hidden)]
-pub mod __private {
-    //! Used by the code `#[locked]` generates; not public API.
-    pub use crate::private::*;
-}

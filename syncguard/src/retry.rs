@@ -26,7 +26,9 @@ pub enum Jitter {
 
 /// Waiting for a lock: how many attempts, how far apart, and for how long in total.
 ///
-/// Giving up is [`LockError::AcquisitionTimeout`](crate::LockError::AcquisitionTimeout).
+/// Giving up is [`LockError::AcquisitionTimeout`](crate::LockError::AcquisitionTimeout), or
+/// [`LockError::Contended`](crate::LockError::Contended) when the policy allowed no wait.
+/// [`wait_for`](Self::wait_for) is the usual way to say "wait up to this long".
 ///
 /// # Default
 /// The reference design's recommended policy:
@@ -94,9 +96,27 @@ impl RetryPolicy {
         }
     }
 
-    /// One attempt: contention fails at once.
+    /// One attempt: contention fails at once, with
+    /// [`LockError::Contended`](crate::LockError::Contended).
     pub const fn single_attempt() -> Self {
         Self::new().with_max_retries(0)
+    }
+
+    /// Waits up to `wait` for a held lock, retrying as often as the delays allow (exponential
+    /// from 100 ms, equal jitter) until then; a zero `wait` is one attempt.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use syncguard::RetryPolicy;
+    ///
+    /// let policy = RetryPolicy::wait_for(Duration::from_secs(30));
+    /// assert_eq!(policy.timeout(), Duration::from_secs(30));
+    /// assert_eq!(policy.max_retries(), u32::MAX);
+    /// assert_eq!(RetryPolicy::wait_for(Duration::ZERO), RetryPolicy::single_attempt().with_timeout(Duration::ZERO));
+    /// ```
+    pub const fn wait_for(wait: Duration) -> Self {
+        let retries = if wait.is_zero() { 0 } else { u32::MAX };
+        Self::new().with_max_retries(retries).with_timeout(wait)
     }
 
     /// Retries after the first attempt (`u32::MAX` to retry until the timeout).

@@ -11,7 +11,7 @@ async fn unset_is_a_clear_error_then_set_once() {
     let backend = MemoryBackend::new();
     set_default_backend(backend.clone()).unwrap();
     let shared = default_backend().unwrap();
-    let guard = syncguard::acquire(&shared, &syncguard::LockOptions::new("default:1"))
+    let guard = syncguard::acquire(&shared, "default:1", &syncguard::LockOptions::default())
         .await
         .unwrap();
     // The default is the very backend that was set.

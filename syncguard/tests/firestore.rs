@@ -12,9 +12,10 @@ use std::time::Duration;
 
 use firestore::FirestoreDb;
 use serde_json::Value;
+use syncguard::backend::{AcquireOutcome, Lease, LockBackend, ReleaseOutcome};
 use syncguard::firestore::{FirestoreBackend, FirestoreConfig};
 use syncguard::key::{make_fence_key, make_storage_key};
-use syncguard::{AcquireOutcome, ErrorCode, LockBackend, LockId, ReleaseOutcome, conformance};
+use syncguard::{ErrorCode, LockId, conformance};
 use tokio::sync::Barrier;
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
@@ -51,8 +52,9 @@ async fn client(project: &str) -> FirestoreDb {
 async fn warm_up_emulator() {
     static WARM: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     WARM.get_or_init(|| async {
-        let backend = FirestoreBackend::new(client(&project()).await, FirestoreConfig::new())
-            .expect("valid config");
+        let backend = FirestoreBackend::connect(&project())
+            .await
+            .expect("connect to the Firestore emulator");
         for round in 0..20 {
             let key = format!("warm-up:{round}");
             let lease = lease(
@@ -74,7 +76,12 @@ async fn warm_up_emulator() {
 
 async fn backend_in(project: &str, config: FirestoreConfig) -> FirestoreBackend {
     warm_up_emulator().await;
-    let backend = FirestoreBackend::new(client(project).await, config).expect("valid config");
+    let backend = FirestoreBackend::builder(project)
+        .config(config.clone())
+        .build()
+        .await
+        .expect("connect to the Firestore emulator");
+    assert_eq!(backend.config(), &config);
     // Opens the connection now rather than in the first timed operation.
     assert!(!backend.is_locked("connection:warm-up").await.unwrap());
     backend
@@ -107,7 +114,7 @@ async fn write_doc(db: &FirestoreDb, collection: &str, id: &str, fields: &Value)
         .expect("write a document");
 }
 
-fn lease(outcome: AcquireOutcome) -> syncguard::Lease {
+fn lease(outcome: AcquireOutcome) -> Lease {
     outcome.lease().expect("acquired")
 }
 
@@ -132,9 +139,9 @@ async fn thirty_two_concurrent_acquires_give_exactly_one_holder() {
             .collect();
         let mut winners = Vec::new();
         for task in tasks {
-            match task.await.unwrap().expect("acquire answered") {
-                AcquireOutcome::Acquired(lease) => winners.push(lease),
-                AcquireOutcome::Contended => {}
+            let outcome = task.await.unwrap().expect("acquire answered");
+            if let Some(lease) = outcome.lease() {
+                winners.push(lease);
             }
         }
         assert_eq!(winners.len(), 1, "round {round}: exactly one holder");
@@ -357,8 +364,7 @@ async fn race_separate_clients(
     let (mut winners, mut errors) = (0, Vec::new());
     for handle in handles {
         match handle.await.unwrap() {
-            Ok(AcquireOutcome::Acquired(_)) => winners += 1,
-            Ok(AcquireOutcome::Contended) => {}
+            Ok(outcome) => winners += usize::from(outcome.lease().is_some()),
             Err(error) => errors.push(error),
         }
     }
@@ -439,9 +445,17 @@ async fn custom_collections_are_used_and_validated() {
         FirestoreConfig::new().with_lock_collection("a/b"),
         FirestoreConfig::new().with_fence_collection("__reserved__"),
     ] {
-        let error = FirestoreBackend::new(db.clone(), config).unwrap_err();
+        let error = FirestoreBackend::new(db.clone(), config.clone()).unwrap_err();
+        assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
+        let error = FirestoreBackend::builder(&project)
+            .config(config)
+            .build()
+            .await
+            .unwrap_err();
         assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
     }
+    let error = FirestoreBackend::connect("").await.unwrap_err();
+    assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -6,9 +6,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use syncguard::backend::{
+    AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockInfo, Lookup, ReleaseOutcome,
+};
 use syncguard::{
-    AcquireOutcome, Backoff, BoxFuture, Capabilities, ExtendOutcome, Jitter, LockBackend,
-    LockError, LockId, LockInfo, LockOptions, Lookup, LostReason, MemoryBackend, ReleaseOutcome,
+    Backoff, Jitter, LockBackend, LockError, LockId, LockOptions, LostReason, MemoryBackend,
     RetryPolicy, acquire, with_lock,
 };
 use tokio::time::{Instant, sleep, timeout};
@@ -122,12 +124,20 @@ impl LockBackend for Faulty {
     }
 }
 
+fn with_ttl(ttl: Duration) -> LockOptions {
+    LockOptions::builder().ttl(ttl).build().unwrap()
+}
+
+fn with_retry(retry: RetryPolicy) -> LockOptions {
+    LockOptions::builder().retry(retry).build().unwrap()
+}
+
 /// Waits until another client can take `key`, and returns how long that took.
 async fn until_taken_by_another(backend: &MemoryBackend, key: &str, within: Duration) -> Duration {
     let started = Instant::now();
     loop {
         let outcome = backend.acquire(key, Duration::from_secs(30)).await.unwrap();
-        if let AcquireOutcome::Acquired(lease) = outcome {
+        if let Some(lease) = outcome.lease() {
             assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
             return started.elapsed();
         }
@@ -143,7 +153,7 @@ async fn an_extend_whose_answer_was_lost_shortens_the_lease_the_guard_believes()
     let backend = Faulty::default();
     let ttl = Duration::from_secs(3);
     let short = Duration::from_millis(300);
-    let guard = acquire(&backend, &LockOptions::new("lost-answer").with_ttl(ttl))
+    let guard = acquire(&backend, "lost-answer", &with_ttl(ttl))
         .await
         .unwrap();
     backend.set_extends_of(short, Fault::ApplyThenFail);
@@ -168,12 +178,9 @@ async fn after_a_lost_answer_the_heartbeat_keeps_to_the_shorter_lease() {
     let backend = Faulty::default();
     let ttl = Duration::from_secs(3);
     let short = Duration::from_millis(600);
-    let guard = acquire(
-        &backend,
-        &LockOptions::new("lost-answer:kept").with_ttl(ttl),
-    )
-    .await
-    .unwrap();
+    let guard = acquire(&backend, "lost-answer:kept", &with_ttl(ttl))
+        .await
+        .unwrap();
     backend.set_extends_of(short, Fault::ApplyThenFail);
     guard.extend(short).await.unwrap_err();
     let extends_before = backend.extend_calls.load(Ordering::SeqCst);
@@ -190,7 +197,7 @@ async fn after_a_lost_answer_the_heartbeat_keeps_to_the_shorter_lease() {
 #[tokio::test(start_paused = true)]
 async fn a_zero_base_delay_retries_until_the_timeout() {
     let backend = Faulty::default();
-    let _holder = acquire(&backend, &LockOptions::new("retry:zero"))
+    let _holder = acquire(&backend, "retry:zero", &LockOptions::default())
         .await
         .unwrap();
     let policy = RetryPolicy::new()
@@ -198,7 +205,7 @@ async fn a_zero_base_delay_retries_until_the_timeout() {
         .with_max_retries(u32::MAX)
         .with_timeout(Duration::from_millis(100));
     let started = Instant::now();
-    let error = acquire(&backend, &LockOptions::new("retry:zero").with_retry(policy))
+    let error = acquire(&backend, "retry:zero", &with_retry(policy))
         .await
         .unwrap_err();
     let LockError::AcquisitionTimeout { attempts, .. } = error else {
@@ -213,7 +220,7 @@ async fn a_zero_base_delay_retries_until_the_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zero_base_delay_gets_the_lock_when_it_is_released() {
     let backend = Faulty::default();
-    let holder = acquire(&backend, &LockOptions::new("retry:zero:won"))
+    let holder = acquire(&backend, "retry:zero:won", &LockOptions::default())
         .await
         .unwrap();
     let releaser = tokio::spawn(async move {
@@ -225,12 +232,9 @@ async fn a_zero_base_delay_gets_the_lock_when_it_is_released() {
         .with_backoff(Backoff::Fixed)
         .with_max_retries(u32::MAX)
         .with_timeout(Duration::from_secs(10));
-    let guard = acquire(
-        &backend,
-        &LockOptions::new("retry:zero:won").with_retry(policy),
-    )
-    .await
-    .unwrap();
+    let guard = acquire(&backend, "retry:zero:won", &with_retry(policy))
+        .await
+        .unwrap();
     assert!(releaser.await.unwrap().unwrap());
     assert!(guard.release().await.unwrap());
 }
@@ -239,14 +243,29 @@ async fn a_zero_base_delay_gets_the_lock_when_it_is_released() {
 #[tokio::test(start_paused = true)]
 async fn retry_extremes_behave_as_documented() {
     let backend = Faulty::default();
-    let _holder = acquire(&backend, &LockOptions::new("retry:edges"))
+    let _holder = acquire(&backend, "retry:edges", &LockOptions::default())
         .await
         .unwrap();
+    // Attempts made and time waited; a single attempt must be `Contended`, a wait
+    // `AcquisitionTimeout` counting the attempts the backend saw.
     let attempt = async |policy: RetryPolicy| {
         let started = Instant::now();
-        let options = LockOptions::new("retry:edges").with_retry(policy);
-        match acquire(&backend, &options).await {
-            Err(LockError::AcquisitionTimeout { attempts, .. }) => (attempts, started.elapsed()),
+        let calls = backend.acquire_calls.load(Ordering::SeqCst);
+        let result = acquire(&backend, "retry:edges", &with_retry(policy)).await;
+        let made = backend.acquire_calls.load(Ordering::SeqCst) - calls;
+        match result {
+            Err(LockError::Contended { .. }) => {
+                assert_eq!(made, 1, "{policy:?}");
+                (1, started.elapsed())
+            }
+            Err(LockError::AcquisitionTimeout { attempts, .. }) => {
+                assert!(
+                    attempts >= 2,
+                    "{policy:?}: a wait of one attempt is Contended"
+                );
+                assert_eq!(usize::try_from(attempts).unwrap(), made, "{policy:?}");
+                (attempts, started.elapsed())
+            }
             other => panic!("{policy:?}: {other:?}"),
         }
     };
@@ -254,12 +273,12 @@ async fn retry_extremes_behave_as_documented() {
         .with_backoff(Backoff::Fixed)
         .with_jitter(Jitter::None);
 
-    // No retries, however long the timeout: one attempt, at once.
+    // No retries, however long the timeout: one attempt, at once (`Contended`).
     let once = fixed
         .with_max_retries(0)
         .with_timeout(Duration::from_secs(3600));
     assert_eq!(attempt(once).await, (1, Duration::ZERO));
-    // A zero timeout, however many retries: one attempt.
+    // A zero timeout, however many retries: one attempt (`Contended`).
     let no_time = fixed
         .with_max_retries(u32::MAX)
         .with_timeout(Duration::ZERO);
@@ -295,11 +314,11 @@ async fn a_lock_the_backend_disowned_is_reported_without_a_release() {
     let backend = Faulty::default();
     backend.set_releases(Fault::Hang);
     let thief = backend.inner.clone();
-    let options = LockOptions::new("late:not-held").with_ttl(Duration::from_millis(600));
+    let options = with_ttl(Duration::from_millis(600));
     let started = Instant::now();
     let result = timeout(
         Duration::from_secs(10),
-        with_lock(&backend, &options, async |guard| {
+        with_lock(&backend, "late:not-held", &options, async |guard| {
             assert!(thief.release(guard.lock_id()).await?.is_released());
             sleep(Duration::from_secs(3600)).await;
             Ok::<_, LockError>(())
@@ -311,7 +330,8 @@ async fn a_lock_the_backend_disowned_is_reported_without_a_release() {
         matches!(
             result,
             Err(LockError::LockLost {
-                reason: LostReason::NotHeld
+                reason: LostReason::NotHeld,
+                ..
             })
         ),
         "{result:?}"
@@ -332,11 +352,11 @@ async fn a_lease_that_ran_out_is_reported_without_waiting_for_the_release() {
     let backend = Faulty::default();
     backend.set_extends(Fault::Hang);
     backend.set_releases(Fault::Hang);
-    let options = LockOptions::new("late:expired").with_ttl(Duration::from_millis(600));
+    let options = with_ttl(Duration::from_millis(600));
     let started = Instant::now();
     let result = timeout(
         Duration::from_secs(10),
-        with_lock(&backend, &options, async |_| {
+        with_lock(&backend, "late:expired", &options, async |_| {
             sleep(Duration::from_secs(3600)).await;
             Ok::<_, LockError>(())
         }),
@@ -347,7 +367,8 @@ async fn a_lease_that_ran_out_is_reported_without_waiting_for_the_release() {
         matches!(
             result,
             Err(LockError::LockLost {
-                reason: LostReason::LeaseExpired
+                reason: LostReason::LeaseExpired,
+                ..
             })
         ),
         "{result:?}"
@@ -368,9 +389,12 @@ async fn a_hanging_final_release_is_waited_for_briefly() {
     let backend = Faulty::default();
     backend.set_releases(Fault::Hang);
     let started = Instant::now();
-    let result = with_lock(&backend, &LockOptions::new("late:release"), async |guard| {
-        Ok::<_, LockError>(guard.fence())
-    })
+    let result = with_lock(
+        &backend,
+        "late:release",
+        &LockOptions::default(),
+        async |guard| Ok::<_, LockError>(guard.fence()),
+    )
     .await;
     assert!(result.is_ok(), "{result:?}");
     let waited = started.elapsed();

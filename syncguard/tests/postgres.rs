@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgConnection, PgPool, Row};
+use syncguard::backend::LockBackend;
 use syncguard::key::{make_fence_key, make_storage_key};
 use syncguard::postgres::{PostgresBackend, PostgresConfig, SCHEMA_SQL, setup_schema};
-use syncguard::{AcquireOutcome, ErrorCode, LockBackend, LockId, LockOptions, conformance};
+use syncguard::{ErrorCode, LockId, LockOptions, conformance};
 
 #[path = "support/pg_reference.rs"]
 mod pg_reference;
@@ -179,9 +180,12 @@ async fn invalid_and_injected_names_are_rejected_and_change_nothing() {
 
 #[tokio::test]
 async fn connect_builds_a_working_backend_and_rejects_bad_urls() {
-    let backend = PostgresBackend::connect(&postgres_url(), PostgresConfig::new())
-        .await
-        .unwrap();
+    let backend = PostgresBackend::connect(&postgres_url()).await.unwrap();
+    assert_eq!(
+        backend.config(),
+        &PostgresConfig::new(),
+        "connect uses the defaults"
+    );
     setup_schema(backend.pool(), backend.config())
         .await
         .unwrap();
@@ -194,16 +198,47 @@ async fn connect_builds_a_working_backend_and_rejects_bad_urls() {
         .unwrap();
     assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
 
-    let error = PostgresBackend::connect("not a url", PostgresConfig::new())
+    // The builder takes a configuration, and uses it.
+    let config = PostgresConfig::new().with_lock_table(unique("built"));
+    let built = PostgresBackend::builder(&postgres_url())
+        .config(config.clone())
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(built.config(), &config);
+    setup_schema(built.pool(), built.config()).await.unwrap();
+    let lease = built
+        .acquire(&key, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .lease()
+        .expect("another lock table: the key is free there");
+    let stored: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT lock_id FROM \"{}\"",
+        config.lock_table()
+    )))
+    .fetch_one(built.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        stored,
+        lease.lock_id.as_str(),
+        "stored in the configured table"
+    );
+    assert!(built.release(&lease.lock_id).await.unwrap().is_released());
+
+    let error = PostgresBackend::connect("not a url").await.unwrap_err();
+    assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
+    let error = PostgresBackend::builder("not a url")
+        .build()
         .await
         .unwrap_err();
     assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
-    let error = PostgresBackend::connect(
-        &postgres_url(),
-        PostgresConfig::new().with_lock_table("a-b"),
-    )
-    .await
-    .unwrap_err();
+    let error = PostgresBackend::builder(&postgres_url())
+        .config(PostgresConfig::new().with_lock_table("a-b"))
+        .build()
+        .await
+        .unwrap_err();
     assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
 }
 
@@ -293,15 +328,12 @@ async fn rust_and_reference_acquires_exclude_each_other() {
             while tokio::time::Instant::now() < end {
                 // Even workers are Rust services, odd ones TypeScript reference services.
                 let fence = if worker % 2 == 0 {
-                    match backend
+                    backend
                         .acquire(&key, Duration::from_secs(30))
                         .await
                         .unwrap()
-                    {
-                        AcquireOutcome::Acquired(lease) => Some((lease.fence.get(), lease)),
-                        AcquireOutcome::Contended => None,
-                    }
-                    .map(|(fence, lease)| (fence, Some(lease)))
+                        .lease()
+                        .map(|lease| (lease.fence.get(), Some(lease)))
                 } else {
                     reference_acquire(&mut conn, &key, 30_000)
                         .await
@@ -532,12 +564,13 @@ async fn sweep_and_cleanup_never_touch_live_locks() {
         .lease()
         .unwrap();
     // Keep it alive through what would be its expiry, sweeping and checking all the while.
-    let guard = syncguard::acquire(
-        &backend,
-        &LockOptions::new(conformance::unique_key("kept")).with_ttl(Duration::from_millis(600)),
-    )
-    .await
-    .unwrap();
+    let options = LockOptions::builder()
+        .ttl(Duration::from_millis(600))
+        .build()
+        .unwrap();
+    let guard = syncguard::acquire(&backend, &conformance::unique_key("kept"), &options)
+        .await
+        .unwrap();
     for _ in 0..8 {
         assert_eq!(backend.sweep_expired().await.unwrap(), 0);
         assert!(backend.is_locked(guard.key()).await.unwrap());

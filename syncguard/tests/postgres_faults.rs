@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection, PgPool};
+use syncguard::backend::{LockBackend, Lookup};
 use syncguard::key::{make_fence_key, make_storage_key};
 use syncguard::postgres::{PostgresBackend, PostgresConfig, STORAGE_KEY_LIMIT_BYTES, setup_schema};
-use syncguard::{AcquireOutcome, ErrorCode, FENCE_MAX, LockBackend, LockOptions, Lookup};
+use syncguard::{ErrorCode, FENCE_MAX, LockOptions};
 use tokio::time::Instant;
 
 #[path = "support/proxy.rs"]
@@ -61,9 +62,7 @@ fn free_port() -> u16 {
 async fn a_refused_connection_is_reported_at_once() {
     let nowhere = url_at(format!("127.0.0.1:{}", free_port()));
     let started = Instant::now();
-    let error = PostgresBackend::connect(&nowhere, PostgresConfig::new())
-        .await
-        .unwrap_err();
+    let error = PostgresBackend::connect(&nowhere).await.unwrap_err();
     assert_eq!(error.code(), ErrorCode::ServiceUnavailable, "{error}");
     assert!(error.to_string().contains("refused"), "{error}");
     assert!(
@@ -132,10 +131,11 @@ async fn sixty_four_callers_share_a_pool_of_ten_fairly() {
 async fn dropped_guards_are_all_released_promptly() {
     let backend = backend_on(&postgres_url(), 10, PostgresConfig::new()).await;
     let prefix = key("dropped");
+    let options = LockOptions::default();
     let mut guards = Vec::new();
     for i in 0..2_000 {
-        let options = LockOptions::new(format!("{prefix}:{i}"));
-        guards.push(syncguard::acquire(&backend, &options).await.unwrap());
+        let key = format!("{prefix}:{i}");
+        guards.push(syncguard::acquire(&backend, &key, &options).await.unwrap());
     }
     drop(guards); // 2,000 background releases at once
     let pool: &PgPool = backend.pool();
@@ -318,11 +318,12 @@ async fn a_damaged_fence_counter_fails_the_acquire_and_stores_nothing() {
     }
     // A sound key is unaffected.
     let fine = key("undamaged");
-    assert!(matches!(
-        backend
-            .acquire(&fine, Duration::from_secs(30))
-            .await
-            .unwrap(),
-        AcquireOutcome::Acquired(_)
-    ));
+    let lease = backend
+        .acquire(&fine, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .lease()
+        .expect("a sound key is acquired");
+    assert_eq!(lease.fence.get(), 1);
+    assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
 }

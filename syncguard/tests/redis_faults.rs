@@ -5,8 +5,9 @@
 
 use std::time::Duration;
 
+use syncguard::backend::LockBackend;
 use syncguard::redis::{ConnectionMode, RedisBackend};
-use syncguard::{ErrorCode, LockBackend, LockId};
+use syncguard::{ErrorCode, LockId};
 use tokio::time::{Instant, sleep};
 
 #[path = "support/proxy.rs"]

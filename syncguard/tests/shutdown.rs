@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use syncguard::key::hash_key;
-use syncguard::{
-    AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockError, LockId,
-    LockInfo, LockOptions, Lookup, LostReason, MemoryBackend, ReleaseOutcome, acquire,
+use syncguard::backend::{
+    AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockInfo, Lookup, ReleaseOutcome,
 };
+use syncguard::key::hash_key;
+use syncguard::{LockBackend, LockError, LockId, LockOptions, LostReason, MemoryBackend, acquire};
 use tokio::time::{Instant, sleep};
 
 /// A memory backend reached through its futures only, whose releases can be made to hang.
@@ -129,13 +129,13 @@ fn shutdown_releases_held_locks_and_pending_background_releases() {
     let _serial = exclusive();
     runtime().block_on(async {
         let backend = Slow::default();
-        let kept = acquire(&backend, &LockOptions::new("shutdown:kept"))
+        let kept = acquire(&backend, "shutdown:kept", &LockOptions::default())
             .await
             .unwrap();
         let watcher = kept.lost_token();
         // A dropped guard whose background release cannot get through yet.
         backend.hang_releases.store(true, Ordering::SeqCst);
-        let dropped = acquire(&backend, &LockOptions::new("shutdown:dropped"))
+        let dropped = acquire(&backend, "shutdown:dropped", &LockOptions::default())
             .await
             .unwrap();
         drop(dropped);
@@ -168,7 +168,7 @@ fn shutdown_returns_at_its_timeout_and_names_what_it_could_not_release() {
     let _serial = exclusive();
     runtime().block_on(async {
         let backend = Slow::default();
-        let guard = acquire(&backend, &LockOptions::new("shutdown:hangs"))
+        let guard = acquire(&backend, "shutdown:hangs", &LockOptions::default())
             .await
             .unwrap();
         backend.hang_releases.store(true, Ordering::SeqCst);
@@ -197,7 +197,9 @@ fn a_release_cut_off_by_the_end_of_its_runtime_is_logged() {
     let key = "shutdown:runtime-ends";
     let runtime = runtime();
     runtime.block_on(async {
-        let guard = acquire(&backend, &LockOptions::new(key)).await.unwrap();
+        let guard = acquire(&backend, key, &LockOptions::default())
+            .await
+            .unwrap();
         backend.hang_releases.store(true, Ordering::SeqCst);
         drop(guard); // its release waits in a task...
     });
@@ -217,7 +219,7 @@ fn a_guard_dropped_outside_a_runtime_says_its_release_cannot_be_sent() {
     let backend = Slow::default();
     let key = "shutdown:no-runtime";
     let guard = runtime()
-        .block_on(acquire(&backend, &LockOptions::new(key)))
+        .block_on(acquire(&backend, key, &LockOptions::default()))
         .unwrap();
     drop(guard); // no runtime here any more
     let logged = logged();

@@ -10,13 +10,14 @@ use opentelemetry::trace::Status;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use syncguard::backend::{LockBackend, ReleaseOutcome};
 use syncguard::key::hash_key;
 use syncguard::telemetry::{
     EventReason, EventResult, LockEvent, OpenTelemetryBackend, Operation, with_opentelemetry,
     with_telemetry,
 };
 use syncguard::{
-    ErrorCode, LockBackend, LockId, LockOptions, LostReason, MemoryBackend, ReleaseOutcome,
+    ErrorCode, LockError, LockId, LockOptions, LostReason, MemoryBackend, RetryPolicy,
 };
 
 mod callback_conformance {
@@ -246,23 +247,29 @@ async fn spans_and_metrics_for_success_contention_expiry_and_loss() {
     let backend = &otel.backend;
 
     // Success, with a heartbeat in between, then a release.
-    let options = LockOptions::new("otel:ok").with_ttl(Duration::from_millis(300));
-    let guard = syncguard::acquire(backend, &options).await.unwrap();
+    let short = LockOptions::builder()
+        .ttl(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let guard = syncguard::acquire(backend, "otel:ok", &short)
+        .await
+        .unwrap();
     let fence = guard.fence();
     tokio::time::sleep(Duration::from_millis(450)).await; // at least one heartbeat
     assert!(guard.release().await.unwrap());
 
     // Contention: a single attempt against a held lock.
-    let holder = syncguard::acquire(backend, &LockOptions::new("otel:busy"))
+    let holder = syncguard::acquire(backend, "otel:busy", &LockOptions::default())
         .await
         .unwrap();
-    let busy = LockOptions::new("otel:busy").with_retry(syncguard::RetryPolicy::single_attempt());
-    assert!(
-        syncguard::acquire(backend, &busy)
-            .await
-            .unwrap_err()
-            .is_contended()
-    );
+    let once = LockOptions::builder()
+        .retry(RetryPolicy::single_attempt())
+        .build()
+        .unwrap();
+    let busy = syncguard::acquire(backend, "otel:busy", &once)
+        .await
+        .unwrap_err();
+    assert!(matches!(busy, LockError::Contended { .. }), "{busy}");
     holder.release().await.unwrap();
 
     // Expiry: extending a lock that expired.
@@ -283,12 +290,9 @@ async fn spans_and_metrics_for_success_contention_expiry_and_loss() {
     );
 
     // Loss: released behind the holder's back.
-    let lost = syncguard::acquire(
-        backend,
-        &LockOptions::new("otel:lost").with_ttl(Duration::from_millis(300)),
-    )
-    .await
-    .unwrap();
+    let lost = syncguard::acquire(backend, "otel:lost", &short)
+        .await
+        .unwrap();
     assert!(
         backend
             .inner()

@@ -53,7 +53,9 @@ fn postgres_config() -> PostgresConfig {
 
 async fn postgres_backend(params: &str) -> PostgresBackend {
     let url = postgres_url(params);
-    let backend = PostgresBackend::connect(&url, postgres_config())
+    let backend = PostgresBackend::builder(&url)
+        .config(postgres_config())
+        .build()
         .await
         .unwrap_or_else(|error| panic!("connect to {url}: {error} (source: {:?})", error.source()));
     setup_schema(backend.pool(), backend.config())
@@ -136,11 +138,16 @@ async fn postgres_plain_connections_still_work() {
 #[tokio::test]
 async fn postgres_verify_full_rejects_an_untrusted_certificate() {
     let other = format!("sslmode=verify-full&sslrootcert={}", other_ca_path());
-    let result = PostgresBackend::connect(&postgres_url(&other), postgres_config()).await;
+    let result = PostgresBackend::builder(&postgres_url(&other))
+        .config(postgres_config())
+        .build()
+        .await;
     assert_untrusted(result, "verify-full with another CA");
     // Without `sslrootcert`, only public CAs are trusted.
-    let result =
-        PostgresBackend::connect(&postgres_url("sslmode=verify-full"), postgres_config()).await;
+    let result = PostgresBackend::builder(&postgres_url("sslmode=verify-full"))
+        .config(postgres_config())
+        .build()
+        .await;
     assert_untrusted(result, "verify-full with the public roots only");
 }
 

@@ -30,20 +30,25 @@ async fn stale_holder_is_refused_by_its_fence() {
     let store = Arc::new(Mutex::new(FencedStore::default()));
 
     // Holder A: short ttl, no heartbeat, then a long stall (a GC pause, a partition...).
-    let stalled = LockOptions::new("ledger:1")
-        .with_ttl(Duration::from_millis(200))
-        .with_heartbeat(false);
-    let a = syncguard::acquire(&backend, &stalled).await.unwrap();
+    let stalled = LockOptions::builder()
+        .ttl(Duration::from_millis(200))
+        .heartbeat(false)
+        .build()
+        .unwrap();
+    let a = syncguard::acquire(&backend, "ledger:1", &stalled)
+        .await
+        .unwrap();
     let a_fence = a.fence();
     assert_eq!(a.lost().await, LostReason::LeaseExpired);
 
     // Holder B gets the lock once A's lease and the tolerance have passed, and writes.
-    let patient = LockOptions::new("ledger:1").with_retry(
-        RetryPolicy::new()
-            .with_max_retries(u32::MAX)
-            .with_timeout(Duration::from_secs(10)),
-    );
-    let b = syncguard::acquire(&backend, &patient).await.unwrap();
+    let patient = LockOptions::builder()
+        .retry(RetryPolicy::wait_for(Duration::from_secs(10)))
+        .build()
+        .unwrap();
+    let b = syncguard::acquire(&backend, "ledger:1", &patient)
+        .await
+        .unwrap();
     assert!(b.fence() > a_fence);
     store.lock().unwrap().write(b.fence(), "from B").unwrap();
 

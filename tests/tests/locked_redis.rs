@@ -11,3 +11,8 @@ async fn locked_calls_exclude_and_outlive_the_ttl() {
 async fn lost_lock_cancels_the_locked_body() {
     support::lost_lock_cancels_the_locked_body(support::redis().await).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contention_is_reported_by_each_entry_point() {
+    support::contention_is_reported_by_each_entry_point(support::redis().await).await;
+}

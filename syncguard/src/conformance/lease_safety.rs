@@ -9,11 +9,12 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep, timeout};
 
 use super::{acquired, assert_code, assert_contended, unique_key};
-use crate::time::TIME_TOLERANCE_MS;
-use crate::{
-    AcquireOutcome, BoxFuture, Capabilities, ErrorCode, ExtendOutcome, LockBackend, LockError,
-    LockId, LockInfo, LockOptions, Lookup, LostReason, ReleaseOutcome, RetryPolicy,
+use crate::backend::{
+    AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockInfo, Lookup,
+    ReleaseOutcome,
 };
+use crate::time::TIME_TOLERANCE_MS;
+use crate::{ErrorCode, LockError, LockId, LockOptions, LostReason, RetryPolicy};
 
 /// Durations that would overflow `Instant` arithmetic are refused before any I/O (a ttl) or
 /// saturate (a hold cap, retry delays and timeouts): a guard with `max_hold = Duration::MAX`
@@ -21,7 +22,13 @@ use crate::{
 pub async fn huge_durations_never_overflow<B: LockBackend + Clone + 'static>(backend: B) {
     let key = unique_key("huge-durations");
     for ttl in [Duration::MAX, Duration::from_secs(u64::MAX / 2)] {
-        let refused = crate::acquire(&backend, &LockOptions::new(&key).with_ttl(ttl)).await;
+        let refused = LockOptions::builder().ttl(ttl).build();
+        assert_code(
+            refused,
+            ErrorCode::InvalidArgument,
+            "options with a ttl beyond a year",
+        );
+        let refused = backend.acquire(&key, ttl).await;
         assert_code(refused, ErrorCode::InvalidArgument, "a ttl beyond a year");
         assert!(!backend.is_locked(&key).await.unwrap(), "nothing stored");
     }
@@ -31,11 +38,13 @@ pub async fn huge_durations_never_overflow<B: LockBackend + Clone + 'static>(bac
         .with_base_delay(Duration::MAX)
         .with_max_retries(u32::MAX)
         .with_timeout(Duration::MAX);
-    let options = LockOptions::new(&key)
-        .with_ttl(ttl)
-        .with_max_hold(Duration::MAX)
-        .with_retry(patient);
-    let guard = crate::acquire(&backend, &options).await.unwrap();
+    let options = LockOptions::builder()
+        .ttl(ttl)
+        .max_hold(Duration::MAX)
+        .retry(patient)
+        .build()
+        .unwrap();
+    let guard = crate::acquire(&backend, &key, &options).await.unwrap();
     let fence = guard.fence();
     let extended = guard.extend(Duration::MAX).await;
     assert_code(
@@ -57,11 +66,18 @@ pub async fn huge_durations_never_overflow<B: LockBackend + Clone + 'static>(bac
 
     // Huge hold caps short of `Duration::MAX`, and a retry policy that waits "forever" for a
     // free key, take the lock at once.
-    let options = options.with_max_hold(Duration::from_secs(u64::MAX / 3));
-    let again = timeout(Duration::from_secs(10), crate::acquire(&backend, &options))
-        .await
-        .expect("a free key is taken at once")
+    let options = options
+        .to_builder()
+        .max_hold(Duration::from_secs(u64::MAX / 3))
+        .build()
         .unwrap();
+    let again = timeout(
+        Duration::from_secs(10),
+        crate::acquire(&backend, &key, &options),
+    )
+    .await
+    .expect("a free key is taken at once")
+    .unwrap();
     assert!(again.fence() > fence);
     assert!(!again.is_lost());
     assert!(again.release().await.unwrap());
@@ -143,9 +159,8 @@ pub async fn a_manual_extend_waits_for_the_heartbeats<B: LockBackend + Clone + '
         answer_after: Duration::from_millis(1500),
         long_extends: Arc::new(AtomicUsize::new(0)),
     };
-    let guard = crate::acquire(&slow, &LockOptions::new(&key).with_ttl(ttl))
-        .await
-        .unwrap();
+    let options = LockOptions::builder().ttl(ttl).build().unwrap();
+    let guard = crate::acquire(&slow, &key, &options).await.unwrap();
     // The heartbeat extends after a third of the ttl; wait until its extend is in flight.
     let in_flight = Instant::now() + Duration::from_secs(10);
     while slow.long_extends.load(Ordering::SeqCst) == 0 {
@@ -163,17 +178,15 @@ pub async fn a_manual_extend_waits_for_the_heartbeats<B: LockBackend + Clone + '
     // can take it, the guard must already say it lost it.
     let give_up = Instant::now() + ttl * 3;
     let thief = loop {
-        match backend
+        let outcome = backend
             .acquire(&key, Duration::from_secs(30))
             .await
-            .unwrap()
-        {
-            AcquireOutcome::Acquired(lease) => break lease,
-            AcquireOutcome::Contended => {
-                assert!(Instant::now() < give_up, "the short extend never ran out");
-                sleep(Duration::from_millis(25)).await;
-            }
+            .unwrap();
+        if let Some(lease) = outcome.lease() {
+            break lease;
         }
+        assert!(Instant::now() < give_up, "the short extend never ran out");
+        sleep(Duration::from_millis(25)).await;
     };
     assert!(
         guard.is_lost(),
@@ -213,9 +226,8 @@ pub async fn a_stalled_holder_learns_of_its_loss<B: LockBackend + Clone + 'stati
     on_one_thread(async move || {
         let key = unique_key("stall");
         let ttl = Duration::from_millis(500);
-        let guard = crate::acquire(&backend, &LockOptions::new(&key).with_ttl(ttl))
-            .await
-            .unwrap();
+        let options = LockOptions::builder().ttl(ttl).build().unwrap();
+        let guard = crate::acquire(&backend, &key, &options).await.unwrap();
         std::thread::sleep(past_the_lease(ttl));
         let thief = acquired(&backend, &key, Duration::from_secs(30)).await;
         assert!(guard.is_lost(), "another client holds the lock");
@@ -244,9 +256,9 @@ pub async fn work_that_outlived_its_lease_is_not_a_success<B: LockBackend + Clon
     on_one_thread(async move || {
         let key = unique_key("outlived");
         let ttl = Duration::from_millis(500);
-        let options = LockOptions::new(&key).with_ttl(ttl);
+        let options = LockOptions::builder().ttl(ttl).build().unwrap();
         let started = Instant::now();
-        let result = crate::with_lock(&backend, &options, async |_| {
+        let result = crate::with_lock(&backend, &key, &options, async |_| {
             std::thread::sleep(past_the_lease(ttl));
             Ok::<_, LockError>("done")
         })
@@ -255,7 +267,8 @@ pub async fn work_that_outlived_its_lease_is_not_a_success<B: LockBackend + Clon
             matches!(
                 result,
                 Err(LockError::LockLost {
-                    reason: LostReason::LeaseExpired
+                    reason: LostReason::LeaseExpired,
+                    ..
                 })
             ),
             "{result:?}"
@@ -263,12 +276,12 @@ pub async fn work_that_outlived_its_lease_is_not_a_success<B: LockBackend + Clon
         // Reported at once, not after a release that waits on the backend.
         assert!(started.elapsed() < past_the_lease(ttl) + Duration::from_secs(5));
         // The lock is free for the next holder (its own lease ran out, or it was released).
-        let next = crate::acquire(
-            &backend,
-            &options.with_retry(RetryPolicy::new().with_timeout(Duration::from_secs(10))),
-        )
-        .await
-        .unwrap();
+        let patient = options
+            .to_builder()
+            .retry(RetryPolicy::new().with_timeout(Duration::from_secs(10)))
+            .build()
+            .unwrap();
+        let next = crate::acquire(&backend, &key, &patient).await.unwrap();
         assert!(next.release().await.unwrap());
     })
     .await;

@@ -21,19 +21,27 @@ use std::time::Duration;
 
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 
+mod entry_points;
 pub mod history;
 mod lease_safety;
+
+pub use entry_points::{
+    acquire_waits_only_when_asked, errors_name_the_lock, handle_agrees_with_the_guard,
+    try_acquire_on_a_held_key_changes_nothing,
+};
 
 pub use lease_safety::{
     a_manual_extend_waits_for_the_heartbeats, a_stalled_holder_learns_of_its_loss,
     huge_durations_never_overflow, work_that_outlived_its_lease_is_not_a_success,
 };
 
+use crate::backend::{
+    AcquireOutcome, ExtendOutcome, Lease, LockBackend, Lookup, NotHeldReason, ReleaseOutcome,
+};
 use crate::key::hash_key;
 use crate::time::{TIME_TOLERANCE_MS, now_ms};
 use crate::{
-    AcquireOutcome, ErrorCode, ExtendOutcome, Lease, LockBackend, LockError, LockId, LockOptions,
-    Lookup, LostReason, NotHeldReason, OnLost, ReleaseOutcome, RetryPolicy, get_by_id,
+    ErrorCode, LockError, LockId, LockOptions, LostReason, OnLost, RetryPolicy, get_by_id,
     get_by_id_raw, get_by_key, get_by_key_raw, owns,
 };
 
@@ -49,7 +57,9 @@ macro_rules! conformance_tests {
             mutual_exclusion, heartbeat_keeps_short_ttl_lock, lock_removed_behind_back_is_lost,
             with_lock_cancels_work_on_loss, capabilities_declare_fencing,
             huge_durations_never_overflow, a_manual_extend_waits_for_the_heartbeats,
-            a_stalled_holder_learns_of_its_loss, work_that_outlived_its_lease_is_not_a_success
+            a_stalled_holder_learns_of_its_loss, work_that_outlived_its_lease_is_not_a_success,
+            try_acquire_on_a_held_key_changes_nothing, acquire_waits_only_when_asked,
+            errors_name_the_lock, handle_agrees_with_the_guard
         );
     };
     (@each $make:expr; $($check:ident),* $(,)?) => {
@@ -70,8 +80,11 @@ pub fn unique_key(label: &str) -> String {
 
 pub(crate) async fn acquired<B: LockBackend>(backend: &B, key: &str, ttl: Duration) -> Lease {
     match backend.acquire(key, ttl).await {
-        Ok(AcquireOutcome::Acquired(lease)) => lease,
-        other => panic!("expected to acquire {key:?}, got {other:?}"),
+        Ok(outcome) => match outcome.lease() {
+            Some(lease) => lease,
+            None => panic!("expected to acquire {key:?}, it is contended"),
+        },
+        Err(error) => panic!("expected to acquire {key:?}, got {error}"),
     }
 }
 
@@ -519,8 +532,8 @@ pub async fn mutual_exclusion_with<B: LockBackend + Clone + 'static>(
 pub async fn heartbeat_keeps_short_ttl_lock<B: LockBackend + Clone + 'static>(backend: B) {
     let key = unique_key("heartbeat");
     let ttl = Duration::from_millis(900);
-    let options = LockOptions::new(&key).with_ttl(ttl);
-    let guard = crate::acquire(&backend, &options).await.unwrap();
+    let options = LockOptions::builder().ttl(ttl).build().unwrap();
+    let guard = crate::acquire(&backend, &key, &options).await.unwrap();
     let first_expiry = guard.expires_at_ms();
     let end = Instant::now() + ttl * 5;
     while Instant::now() < end {
@@ -531,7 +544,8 @@ pub async fn heartbeat_keeps_short_ttl_lock<B: LockBackend + Clone + 'static>(ba
     assert!(guard.expires_at_ms() > first_expiry + 2_500, "extended");
     assert!(guard.release().await.unwrap(), "still held at the end");
 
-    let unkept = crate::acquire(&backend, &options.clone().with_heartbeat(false))
+    let unkept_options = options.to_builder().heartbeat(false).build().unwrap();
+    let unkept = crate::acquire(&backend, &key, &unkept_options)
         .await
         .unwrap();
     let reason = timeout(Duration::from_secs(10), unkept.lost())
@@ -546,8 +560,11 @@ pub async fn heartbeat_keeps_short_ttl_lock<B: LockBackend + Clone + 'static>(ba
 /// reported lost to the holder, by await, poll and token.
 pub async fn lock_removed_behind_back_is_lost<B: LockBackend + Clone + 'static>(backend: B) {
     let key = unique_key("removed");
-    let options = LockOptions::new(&key).with_ttl(Duration::from_millis(600));
-    let guard = crate::acquire(&backend, &options).await.unwrap();
+    let options = LockOptions::builder()
+        .ttl(Duration::from_millis(600))
+        .build()
+        .unwrap();
+    let guard = crate::acquire(&backend, &key, &options).await.unwrap();
     let token = guard.lost_token();
     assert!(!guard.is_lost());
     assert!(
@@ -570,11 +587,14 @@ pub async fn lock_removed_behind_back_is_lost<B: LockBackend + Clone + 'static>(
 /// lost, and releases the lock when the work ends with an error.
 pub async fn with_lock_cancels_work_on_loss<B: LockBackend + Clone + 'static>(backend: B) {
     let key = unique_key("with-lock");
-    let options = LockOptions::new(&key).with_ttl(Duration::from_millis(600));
+    let options = LockOptions::builder()
+        .ttl(Duration::from_millis(600))
+        .build()
+        .unwrap();
     let thief = backend.clone();
     let result = timeout(
         Duration::from_secs(20),
-        crate::with_lock(&backend, &options, async |guard| {
+        crate::with_lock(&backend, &key, &options, async |guard| {
             assert!(thief.release(guard.lock_id()).await?.is_released());
             sleep(Duration::from_secs(3600)).await;
             Ok::<_, LockError>("finished")
@@ -585,7 +605,7 @@ pub async fn with_lock_cancels_work_on_loss<B: LockBackend + Clone + 'static>(ba
     let error = result.unwrap_err();
     assert!(error.is_lock_lost(), "{error}");
 
-    let failing: Result<(), LockError> = crate::with_lock(&backend, &options, async |_| {
+    let failing: Result<(), LockError> = crate::with_lock(&backend, &key, &options, async |_| {
         Err(LockError::internal("work failed"))
     })
     .await;
@@ -598,25 +618,25 @@ pub async fn with_lock_cancels_work_on_loss<B: LockBackend + Clone + 'static>(ba
     // With `OnLost::Notify` the work runs on and sees the loss; its result is still not
     // reported as a success made under the lock.
     let seen = Arc::new(Mutex::new(None));
-    let notified = crate::with_lock(
-        &backend,
-        &options
-            .clone()
-            .with_on_lost(OnLost::Notify)
-            .with_retry(RetryPolicy::single_attempt()),
-        async |guard| {
-            assert!(thief.release(guard.lock_id()).await?.is_released());
-            *seen.lock().unwrap() = Some(guard.lost().await);
-            Ok::<_, LockError>("finished")
-        },
-    )
+    let notify = options
+        .to_builder()
+        .on_lost(OnLost::Notify)
+        .retry(RetryPolicy::single_attempt())
+        .build()
+        .unwrap();
+    let notified = crate::with_lock(&backend, &key, &notify, async |guard| {
+        assert!(thief.release(guard.lock_id()).await?.is_released());
+        *seen.lock().unwrap() = Some(guard.lost().await);
+        Ok::<_, LockError>("finished")
+    })
     .await;
     assert_eq!(*seen.lock().unwrap(), Some(LostReason::NotHeld));
     assert!(
         matches!(
             notified,
             Err(LockError::LockLost {
-                reason: LostReason::NotHeld
+                reason: LostReason::NotHeld,
+                ..
             })
         ),
         "{notified:?}"

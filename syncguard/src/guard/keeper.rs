@@ -1,10 +1,13 @@
 //! The keeper: extends the lock on schedule (when the heartbeat is on) and records its loss
 //! when an extend says it is gone or its lease runs out.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
 use super::lease::later;
 use super::state::{Extension, Shared};
@@ -21,8 +24,18 @@ enum Step {
     Extend(Duration, bool),
 }
 
+/// The keeper of `shared`, boxed, running in the hold's span.
+pub(super) fn keeping(
+    shared: &Arc<Shared>,
+    backend: &Arc<dyn LockBackend>,
+    heartbeat: bool,
+) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    let span = shared.span.clone();
+    Box::pin(keep(Arc::clone(shared), Arc::clone(backend), heartbeat).instrument(span))
+}
+
 /// Runs until the lock is lost (then it has recorded why). Dropping it stops the heartbeat.
-pub(super) async fn keep(shared: Arc<Shared>, backend: Arc<dyn LockBackend>, heartbeat: bool) {
+async fn keep(shared: Arc<Shared>, backend: Arc<dyn LockBackend>, heartbeat: bool) {
     // After a failed extend, try again this often while the lease lasts.
     let retry_every = (shared.ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
     let mut not_before: Option<Instant> = None;
@@ -45,6 +58,7 @@ pub(super) async fn keep(shared: Arc<Shared>, backend: Arc<dyn LockBackend>, hea
                 match shared.extend(backend.as_ref(), ttl, reaches_cap).await {
                     Extension::Extended => {
                         shared.report_heartbeat(true);
+                        tracing::debug!(lock = %shared.name, ttl_ms = ttl.as_millis(), "syncguard heartbeat extended the lock");
                         // However short the lease the answer leaves (a reported expiry earlier
                         // than the ttl, a slow answer), the next extend waits a third of it:
                         // extends never go back to back.
@@ -57,7 +71,7 @@ pub(super) async fn keep(shared: Arc<Shared>, backend: Arc<dyn LockBackend>, hea
                     }
                     Extension::Failed(error) => {
                         shared.report_heartbeat(false);
-                        tracing::warn!(%error, key_hash = %shared.key_hash(), fence = %shared.fence, "syncguard heartbeat extend failed; retrying while the lease lasts");
+                        tracing::warn!(%error, lock = %shared.name, fence = %shared.fence, "syncguard heartbeat extend failed; retrying while the lease lasts");
                         not_before = Some(later(Instant::now(), retry_every));
                     }
                 }

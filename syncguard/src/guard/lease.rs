@@ -39,14 +39,8 @@ pub(super) struct LeaseClock {
 }
 
 impl LeaseClock {
-    /// `sent_wall_ms` is `None` for a backend that answered at once on the local clock: its
-    /// own reading is the send time, so the authority leads by nothing.
-    pub(super) fn calibrate(sent_wall_ms: Option<u64>, ttl: Duration, expires_at_ms: u64) -> Self {
-        let Some(sent_wall_ms) = sent_wall_ms else {
-            return Self {
-                authority_lead_ms: 0,
-            };
-        };
+    /// `sent_wall_ms`: the local wall clock when the acquire was sent.
+    pub(super) fn calibrate(sent_wall_ms: u64, ttl: Duration, expires_at_ms: u64) -> Self {
         Self {
             authority_lead_ms: signed(expires_at_ms)
                 .saturating_sub(signed_millis(ttl))
@@ -159,7 +153,7 @@ mod tests {
     fn granted_now() -> (Belief, LeaseClock, Instant) {
         let sent = Instant::now();
         let wall = now_ms();
-        let clock = LeaseClock::calibrate(Some(wall), TTL, wall + 10_000);
+        let clock = LeaseClock::calibrate(wall, TTL, wall + 10_000);
         (Belief::granted(sent, TTL, wall + 10_000), clock, sent)
     }
 
@@ -168,7 +162,7 @@ mod tests {
         let sent = Instant::now();
         let wall = now_ms();
         // Authority clock 1 h ahead of ours: the ttl bound still applies.
-        let clock = LeaseClock::calibrate(Some(wall), TTL, wall + 3_600_000 + 10_000);
+        let clock = LeaseClock::calibrate(wall, TTL, wall + 3_600_000 + 10_000);
         let mut belief = Belief::granted(sent, TTL, wall + 3_600_000 + 10_000);
         belief.extended(clock, sent, TTL, wall + 3_600_000 + 10_000);
         assert!(belief.deadline <= sent + TTL);
@@ -184,15 +178,6 @@ mod tests {
         assert!(
             belief.deadline + Duration::from_millis(500) >= Instant::now() + Duration::from_secs(2)
         );
-    }
-
-    #[test]
-    fn an_answer_at_once_is_on_our_own_clock() {
-        let clock = LeaseClock::calibrate(None, TTL, now_ms() + 10_000);
-        assert_eq!(clock.authority_lead_ms, 0);
-        let at = clock.local(now_ms() + 2_000);
-        assert!(at <= Instant::now() + Duration::from_millis(2_000));
-        assert!(at + Duration::from_millis(500) >= Instant::now() + Duration::from_secs(2));
     }
 
     #[test]
@@ -242,7 +227,7 @@ mod tests {
 
     #[test]
     fn absurd_expiries_and_durations_saturate() {
-        let clock = LeaseClock::calibrate(Some(u64::MAX), Duration::MAX, u64::MAX);
+        let clock = LeaseClock::calibrate(u64::MAX, Duration::MAX, u64::MAX);
         let now = Instant::now();
         assert!(clock.local(u64::MAX) > now);
         assert!(later(now, Duration::MAX) > now);

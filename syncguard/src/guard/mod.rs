@@ -4,12 +4,20 @@
 //!   backend can have done;
 //! - `state`: what the guard, its views and its keeper share, and the one extend in flight;
 //! - `keeper`: the heartbeat;
+//! - `handle`: the cheap read-only handle on a guard;
+//! - `run`: running work under the guard, and the release at its end;
+//! - `release`: the release of a dropped guard;
 //! - `shutdown`: the locks this process holds, released together on shutdown.
 
+mod handle;
 mod keeper;
 mod lease;
+mod release;
+mod run;
 pub(crate) mod shutdown;
 mod state;
+
+pub use handle::LockHandle;
 
 use std::fmt;
 use std::future::Future;
@@ -22,9 +30,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::backend::{LockBackend, ReleaseOutcome};
+use crate::backend::LockBackend;
 use crate::time::ttl_millis;
-use crate::{Fence, LockError, LockId, LostReason};
+use crate::{Fence, LockError, LockId, LockName, LostReason};
 use shutdown::Registration;
 pub(crate) use state::Start;
 use state::{Extension, Shared};
@@ -42,7 +50,7 @@ use state::{Extension, Shared};
 ///   outcome is unknown.
 /// - **Heartbeat.** A background task extends the lock when a third of its ttl has passed. It
 ///   rides out backend errors while the lease lasts.
-///   [`LockOptions::with_max_hold`](crate::LockOptions::with_max_hold) caps the total hold
+///   [`LockOptionsBuilder::max_hold`](crate::LockOptionsBuilder::max_hold) caps the total hold
 ///   time.
 /// - **Loss.** The lock is lost when an extend answers that it is no longer held, or when the
 ///   deadline passes without a successful extend. Every way of asking checks the deadline at
@@ -54,8 +62,17 @@ use state::{Extension, Shared};
 ///   the guard stops the heartbeat and releases **in the background**: the lock stays held
 ///   until that spawned release reaches the backend (or, without a tokio runtime, until its
 ///   ttl runs out). Call `release().await` when the next owner should not wait, and
-///   [`shutdown`](crate::shutdown) before the runtime ends. (A backend that answers at once,
-///   such as `MemoryBackend`, is released during the drop itself.)
+///   [`shutdown`](crate::shutdown) before the runtime ends. (A release the backend answers
+///   without waiting, as `MemoryBackend` does, is done during the drop itself.)
+/// - **Integrations** that own the guard inside a future of their own (a Tower service, a
+///   job runner) can take it from [`acquire_driven`](crate::acquire_driven) and run its
+///   keeper themselves with [`poll_keeper`](Self::poll_keeper), then hand it to a task with
+///   [`spawn_keeper`](Self::spawn_keeper); [`handle`](Self::handle) gives the work a cheap
+///   read-only [`LockHandle`].
+/// - **Tracing.** Each guard has a `syncguard.hold` span (fields `key_hash`, `key` with
+///   [`show_key`](crate::LockOptionsBuilder::show_key), `fence`, `outcome`): the heartbeat's
+///   events are in it, [`run`](Self::run) runs the work in it, and `outcome` says how the hold
+///   ended (`released`, `not_held`, `release_failed`, `lost`, `dropped`).
 ///
 /// Work done while the thread is blocked cannot be stopped by any of this: the lock may
 /// expire and pass to the next holder mid-write. Pass [`fence`](Self::fence) to the resource
@@ -67,13 +84,10 @@ use state::{Extension, Shared};
 /// use syncguard::{LockOptions, MemoryBackend};
 ///
 /// let backend = MemoryBackend::new();
-/// let options = LockOptions::new("invoice:7").with_ttl(Duration::from_secs(10));
-/// let guard = syncguard::acquire(&backend, &options).await?;
+/// let options = LockOptions::builder().ttl(Duration::from_secs(10)).build()?;
+/// let guard = syncguard::acquire(&backend, "invoice:7", &options).await?;
 /// let fence = guard.fence(); // hand this to the resource you write to
-/// tokio::select! {
-///     _ = tokio::time::sleep(Duration::from_millis(10)) => {} // the work
-///     reason = guard.lost() => return Err(syncguard::LockError::LockLost { reason }),
-/// }
+/// guard.run(tokio::time::sleep(Duration::from_millis(10))).await?; // the work, cancelled on loss
 /// assert!(guard.release().await?);
 /// # let _ = fence; Ok(()) }
 /// ```
@@ -93,8 +107,8 @@ enum Keeper {
         _abort_on_drop: AbortOnDropHandle<()>,
     },
     /// Run by the guard's owner through [`LockGuard::poll_keeper`], inside the owner's task,
-    /// so that holding a lock for a short request costs no task, no cross-thread wake-up and
-    /// no timer. The future is only created once the owner has to wait.
+    /// so that holding a lock for a short request costs no task and no cross-thread wake-up.
+    /// The future is only created once the owner has to wait.
     Driven {
         heartbeat: bool,
         // Only ever reached through `&mut` (`get_mut`, no locking): the mutex is there to
@@ -111,25 +125,14 @@ type KeepFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SentAt {
     pub(crate) instant: Instant,
-    /// `None` for a request the backend answered at once, on the local clock
-    /// ([`LockBackend::try_acquire_now`]): its own reading is the send time, so the authority
-    /// leads by nothing, and the wall clock need not be read twice.
-    pub(crate) wall_ms: Option<u64>,
+    pub(crate) wall_ms: u64,
 }
 
 impl SentAt {
     pub(crate) fn now() -> Self {
         Self {
             instant: Instant::now(),
-            wall_ms: Some(crate::time::now_ms()),
-        }
-    }
-
-    /// For a request the backend answers at once.
-    pub(crate) fn at_once() -> Self {
-        Self {
-            instant: Instant::now(),
-            wall_ms: None,
+            wall_ms: crate::time::now_ms(),
         }
     }
 }
@@ -153,11 +156,7 @@ impl LockGuard {
                 running: None,
             }
         } else {
-            let task = tokio::spawn(keeper::keep(
-                Arc::clone(&shared),
-                Arc::clone(&backend),
-                heartbeat,
-            ));
+            let task = tokio::spawn(keeper::keeping(&shared, &backend, heartbeat));
             Keeper::Task {
                 _abort_on_drop: AbortOnDropHandle::new(task),
             }
@@ -170,15 +169,31 @@ impl LockGuard {
         }
     }
 
-    /// Runs the keeper of a driven guard: extends the lock when due and notices its loss.
-    /// `Ready` with the reason once the lock is lost, `Pending` while it is held (the waker of
-    /// `cx` is woken when the next extend is due, or when an extend in flight completes).
+    /// Runs the keeper of a guard from [`acquire_driven`](crate::acquire_driven): extends the
+    /// lock when due and notices its loss. `Ready` with the reason once the lock is lost,
+    /// `Pending` while it is held, with the waker of `cx` woken when the next extend is due
+    /// (or an extend in flight completes).
     ///
-    /// The owner calls it whenever its task is polled while it holds the lock; a heartbeat
-    /// only happens while somebody polls. A guard whose keeper is a task (from
-    /// [`acquire`](crate::acquire), or after [`detach_keeper`](Self::detach_keeper)) is kept
-    /// by that task: this only reports whether it is lost, and registers no waker.
-    pub(crate) fn poll_keeper(&mut self, cx: &mut Context<'_>) -> Poll<LostReason> {
+    /// Call it from the owner's `poll` each time the owner is about to return `Pending` while
+    /// holding the lock: the heartbeat only runs while somebody polls. A guard whose keeper
+    /// is a task (from [`acquire`](crate::acquire), or after
+    /// [`spawn_keeper`](Self::spawn_keeper)) is kept by that task: this only reports whether
+    /// it is lost, and registers no waker.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {
+    /// use std::task::Poll;
+    /// use syncguard::{LockOptions, MemoryBackend};
+    ///
+    /// let backend = MemoryBackend::new();
+    /// let mut guard = syncguard::acquire_driven(&backend, "job:1", &LockOptions::default()).await?;
+    /// // An owner's `poll` would do this before returning `Pending`:
+    /// let lost = std::future::poll_fn(|cx| Poll::Ready(guard.poll_keeper(cx))).await;
+    /// assert!(lost.is_pending());
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn poll_keeper(&mut self, cx: &mut Context<'_>) -> Poll<LostReason> {
         let Self {
             shared,
             backend,
@@ -186,13 +201,8 @@ impl LockGuard {
             ..
         } = self;
         if let Keeper::Driven { heartbeat, running } = keeper {
-            let keeping = running.get_or_insert_with(|| {
-                Mutex::new(Box::pin(keeper::keep(
-                    Arc::clone(shared),
-                    Arc::clone(backend),
-                    *heartbeat,
-                )))
-            });
+            let keeping = running
+                .get_or_insert_with(|| Mutex::new(keeper::keeping(shared, backend, *heartbeat)));
             let keeping = keeping
                 .get_mut()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -206,13 +216,15 @@ impl LockGuard {
         }
     }
 
-    /// Hands the keeper of a driven guard over to a spawned task, for when the lock must be
-    /// kept while nobody polls the guard. The guard then behaves as one from
+    /// Hands the keeper of a guard from [`acquire_driven`](crate::acquire_driven) over to a
+    /// spawned task, for when the lock must be kept while nobody polls the owner (a response
+    /// body waiting for a slow client). The guard then behaves as one from
     /// [`acquire`](crate::acquire). No effect on a guard whose keeper is already a task, or
     /// whose lock is lost.
     ///
-    /// Must be called within a tokio runtime.
-    pub(crate) fn detach_keeper(&mut self) {
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn spawn_keeper(&mut self) {
         let Keeper::Driven { heartbeat, running } = &mut self.keeper else {
             return;
         };
@@ -221,13 +233,8 @@ impl LockGuard {
                 .into_inner()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
         });
-        let keeping = running.unwrap_or_else(|| {
-            Box::pin(keeper::keep(
-                Arc::clone(&self.shared),
-                Arc::clone(&self.backend),
-                *heartbeat,
-            ))
-        });
+        let keeping =
+            running.unwrap_or_else(|| keeper::keeping(&self.shared, &self.backend, *heartbeat));
         self.keeper = Keeper::Task {
             _abort_on_drop: AbortOnDropHandle::new(tokio::spawn(keeping)),
         };
@@ -235,7 +242,13 @@ impl LockGuard {
 
     /// The (NFC-normalized) key this guard holds.
     pub fn key(&self) -> &str {
-        self.shared.key.as_str()
+        &self.shared.key
+    }
+
+    /// How errors and logs name this lock: its key hash, and its key with
+    /// [`show_key`](crate::LockOptionsBuilder::show_key).
+    pub fn name(&self) -> &LockName {
+        &self.shared.name
     }
 
     /// The lock id of this acquisition.
@@ -263,6 +276,11 @@ impl LockGuard {
         self.shared.acquired_at.elapsed()
     }
 
+    /// Whether the lock can still be relied on, as of now: not lost, and not released.
+    pub fn is_held(&self) -> bool {
+        self.shared.is_held()
+    }
+
     /// Whether the lock is lost, as of now: also when the lease ran out while nobody (not even
     /// the heartbeat) looked.
     pub fn is_lost(&self) -> bool {
@@ -287,6 +305,17 @@ impl LockGuard {
     /// [`is_lost`](Self::is_lost) after a blocking section).
     pub fn lost_token(&self) -> CancellationToken {
         self.shared.lost_token().clone()
+    }
+
+    /// A cheap read-only handle on this lock (key, lock id, fence, expiry, loss) for code that
+    /// must not own the guard: the work's tasks, a request's extensions.
+    pub fn handle(&self) -> LockHandle {
+        LockHandle::new(Arc::clone(&self.shared))
+    }
+
+    /// The hold's `syncguard.hold` span, to run code of the hold in it.
+    pub fn span(&self) -> &tracing::Span {
+        &self.shared.span
     }
 
     /// Extends the lock now to *now + `ttl`*, on top of (or instead of) the heartbeat. An
@@ -316,187 +345,20 @@ impl LockGuard {
     /// # Errors
     /// Backend errors as they come; the lock then expires at the end of its ttl.
     pub async fn release(mut self) -> Result<bool, LockError> {
-        if let Some(released) = self.release_now() {
-            return released;
-        }
         self.keeper = Keeper::Stopped; // stops the heartbeat
         self.shared.end();
         let outcome = self.backend.release(&self.shared.lock_id).await;
         // If this future is dropped before here, the drop releases in the background instead.
-        self.released(outcome)
-    }
-
-    /// [`release`](Self::release) without a future, when the backend answers at once
-    /// ([`LockBackend::try_release_now`]); `None`, with nothing done, when it cannot. The
-    /// guard is then spent: dropping it releases nothing more.
-    pub(crate) fn release_now(&mut self) -> Option<Result<bool, LockError>> {
-        let outcome = self.backend.try_release_now(&self.shared.lock_id)?;
-        self.keeper = Keeper::Stopped;
-        self.shared.end();
-        Some(self.released(outcome))
-    }
-
-    fn released(&mut self, outcome: Result<ReleaseOutcome, LockError>) -> Result<bool, LockError> {
-        // Reached the backend: no second release on drop.
         self.unreleased = None;
-        let released = outcome?.is_released();
-        if released {
-            self.shared.report_released();
-        }
+        let released = self.shared.report_release(outcome)?;
         Ok(released)
-    }
-}
-
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        self.keeper = Keeper::Stopped;
-        self.shared.end();
-        let Some(registration) = self.unreleased.take() else {
-            return;
-        };
-        // A lock the backend already disowned needs no release; one whose lease merely ran
-        // out locally (backend unreachable) may still be stored, so release it.
-        if self.shared.lost_reason() == Some(LostReason::NotHeld) {
-            return;
-        }
-        // A backend that answers at once needs no task for it.
-        if let Some(outcome) = self.backend.try_release_now(&self.shared.lock_id) {
-            report_dropped_release(&self.shared, outcome);
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(
-                key_hash = %self.shared.key_hash(),
-                fence = %self.shared.fence,
-                "a LockGuard was dropped outside a tokio runtime: its release cannot be sent, and the lock stays held until its ttl runs out"
-            );
-            return;
-        };
-        let release = BackgroundRelease {
-            backend: Arc::clone(&self.backend),
-            shared: Arc::clone(&self.shared),
-            answered: false,
-            _registration: registration,
-        };
-        runtime.spawn(release.run());
-    }
-}
-
-/// The release of a dropped guard, in a task of its own. It stays among the held locks (for
-/// [`shutdown`](crate::shutdown)) until the backend answers, and says so if its task is
-/// dropped first (the runtime ended).
-struct BackgroundRelease {
-    backend: Arc<dyn LockBackend>,
-    shared: Arc<Shared>,
-    answered: bool,
-    _registration: Registration,
-}
-
-impl BackgroundRelease {
-    async fn run(mut self) {
-        let outcome = self.backend.release(&self.shared.lock_id).await;
-        self.answered = true;
-        report_dropped_release(&self.shared, outcome);
-    }
-}
-
-impl Drop for BackgroundRelease {
-    fn drop(&mut self) {
-        if !self.answered {
-            tracing::warn!(
-                key_hash = %self.shared.key_hash(),
-                fence = %self.shared.fence,
-                "the release of a dropped LockGuard was cut off before the backend answered (the runtime ended): the lock may stay held until its ttl runs out; call syncguard::shutdown before the runtime ends"
-            );
-        }
-    }
-}
-
-fn report_dropped_release(shared: &Shared, outcome: Result<ReleaseOutcome, LockError>) {
-    match outcome {
-        Ok(outcome) if outcome.is_released() => shared.report_released(),
-        Ok(_) => {}
-        Err(error) => {
-            tracing::warn!(%error, key_hash = %shared.key_hash(), fence = %shared.fence, "release of a dropped LockGuard failed; the lock will expire at the end of its ttl");
-        }
-    }
-}
-
-/// A cheap handle on what a [`LockGuard`] holds (key, lock id, fence) and on its loss, for
-/// code that must not own the guard, such as a request's extensions. Cloning it copies no
-/// string. It does not keep the lock: that stays the guard's job. Once the guard has
-/// released (or was dropped), no new loss is reported.
-#[derive(Clone)]
-pub struct GuardView {
-    shared: Arc<Shared>,
-}
-
-impl GuardView {
-    /// The view of `guard`.
-    pub fn of(guard: &LockGuard) -> Self {
-        Self {
-            shared: Arc::clone(&guard.shared),
-        }
-    }
-
-    /// As [`LockGuard::key`].
-    pub fn key(&self) -> &str {
-        self.shared.key.as_str()
-    }
-
-    /// As [`LockGuard::lock_id`].
-    pub fn lock_id(&self) -> &LockId {
-        &self.shared.lock_id
-    }
-
-    /// As [`LockGuard::fence`].
-    pub fn fence(&self) -> Fence {
-        self.shared.fence
-    }
-
-    /// Whether the lock can still be relied on: its guard neither released it (or was
-    /// dropped) nor lost it. Check this, not [`is_lost`](Self::is_lost), before a side effect
-    /// made from a task that may outlive the guard.
-    pub fn is_held(&self) -> bool {
-        self.shared.is_held()
-    }
-
-    /// As [`LockGuard::is_lost`]. After the guard released the lock this stays `false` (a
-    /// release is no loss): see [`is_held`](Self::is_held).
-    pub fn is_lost(&self) -> bool {
-        self.shared.loss().is_some()
-    }
-
-    /// As [`LockGuard::lost_reason`].
-    pub fn lost_reason(&self) -> Option<LostReason> {
-        self.shared.loss()
-    }
-
-    /// As [`LockGuard::lost`]; never completes after a release.
-    pub async fn lost(&self) -> LostReason {
-        self.shared.lost().await
-    }
-
-    /// The token [`LockGuard::lost_token`] clones.
-    pub fn lost_token(&self) -> &CancellationToken {
-        self.shared.lost_token()
-    }
-}
-
-impl fmt::Debug for GuardView {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GuardView")
-            .field("key", &self.shared.key)
-            .field("lock_id", &self.shared.lock_id)
-            .field("fence", &self.shared.fence)
-            .field("lost", &self.lost_reason())
-            .finish()
     }
 }
 
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
+            .field("lock", &self.shared.name)
             .field("lock_id", &self.shared.lock_id)
             .field("fence", &self.shared.fence)
             .field("expires_at_ms", &self.expires_at_ms())

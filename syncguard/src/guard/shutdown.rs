@@ -94,7 +94,7 @@ impl ShutdownReport {
 /// use syncguard::{LockOptions, MemoryBackend};
 ///
 /// let backend = MemoryBackend::new();
-/// let guard = syncguard::acquire(&backend, &LockOptions::new("worker:1")).await?;
+/// let guard = syncguard::acquire(&backend, "worker:1", &LockOptions::default()).await?;
 /// tokio::select! {
 ///     _ = tokio::signal::ctrl_c() => {}
 ///     _ = tokio::time::sleep(Duration::from_millis(10)) => {} // the work
@@ -120,7 +120,7 @@ pub async fn shutdown(timeout: Duration) -> ShutdownReport {
         }
         // The holder learns first that the lock is gone; then it is released.
         shared.end_by_shutdown();
-        let key_hash = shared.key_hash();
+        let key_hash = shared.name.to_string();
         let task = releases.spawn(async move {
             let outcome = backend.release(&shared.lock_id).await;
             (shared, outcome)
@@ -139,19 +139,19 @@ pub async fn shutdown(timeout: Duration) -> ShutdownReport {
             }
             Ok((id, (_, Err(error)))) => {
                 let key_hash = names.remove(&id).unwrap_or_default();
-                tracing::warn!(%key_hash, %error, "syncguard::shutdown could not release a lock; it stays held until its ttl runs out");
+                tracing::warn!(lock = %key_hash, %error, "syncguard::shutdown could not release a lock; it stays held until its ttl runs out");
                 report.failed += 1;
             }
             Err(error) => {
                 let key_hash = names.remove(&error.id()).unwrap_or_default();
-                tracing::warn!(%key_hash, %error, "syncguard::shutdown: a release task failed; the lock stays held until its ttl runs out");
+                tracing::warn!(lock = %key_hash, %error, "syncguard::shutdown: a release task failed; the lock stays held until its ttl runs out");
                 report.failed += 1;
             }
         }
     }
     report.unanswered = releases.len();
     for key_hash in names.values() {
-        tracing::warn!(%key_hash, ?timeout, "syncguard::shutdown: no answer to a release within the timeout; the lock may stay held until its ttl runs out");
+        tracing::warn!(lock = %key_hash, ?timeout, "syncguard::shutdown: no answer to a release within the timeout; the lock may stay held until its ttl runs out");
     }
     releases.detach_all();
     report

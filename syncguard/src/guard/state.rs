@@ -10,14 +10,19 @@ use tokio::time::{Instant, timeout_at};
 use tokio_util::sync::CancellationToken;
 
 use super::lease::{Belief, LeaseClock, later, whole_millis};
-use crate::backend::{ExtendOutcome, LockBackend};
-use crate::key::hash_key;
-use crate::key_text::KeyText;
-use crate::observe::LockObserver;
-use crate::{Fence, LockError, LockId, LostReason};
+use crate::backend::LockObserver;
+use crate::backend::{ExtendOutcome, LockBackend, ReleaseOutcome};
+use crate::{Fence, LockError, LockId, LockName, LostReason, OnLost};
 
 pub(crate) struct Shared {
-    pub(super) key: KeyText,
+    /// The (normalized) key.
+    pub(super) key: String,
+    /// How errors, logs and the span name the lock.
+    pub(super) name: LockName,
+    /// The hold's span: the heartbeat runs in it, and it records how the hold ended.
+    pub(super) span: tracing::Span,
+    /// What a loss does to the work run under the lock.
+    pub(super) on_lost: OnLost,
     pub(super) lock_id: LockId,
     pub(super) fence: Fence,
     /// The ttl the heartbeat asks for.
@@ -37,6 +42,8 @@ pub(crate) struct Shared {
     lost_reason: OnceLock<LostReason>,
     /// Cancelled when the lock is lost. Made on first use: most holders never ask for it.
     lost_token: OnceLock<CancellationToken>,
+    /// Set once the span has its outcome.
+    outcome_recorded: OnceLock<()>,
     observer: Option<Arc<dyn LockObserver>>,
 }
 
@@ -82,14 +89,16 @@ impl Drop for InFlight<'_> {
 
 /// A fresh lease, as the guard starts with it.
 pub(crate) struct Start {
-    pub(crate) key: KeyText,
+    pub(crate) key: String,
+    pub(crate) show_key: bool,
+    pub(crate) on_lost: OnLost,
     pub(crate) lock_id: LockId,
     pub(crate) fence: Fence,
     pub(crate) ttl: Duration,
     pub(crate) max_hold: Option<Duration>,
     pub(crate) expires_at_ms: u64,
     pub(crate) sent_at: Instant,
-    pub(crate) sent_wall_ms: Option<u64>,
+    pub(crate) sent_wall_ms: u64,
     pub(crate) observer: Option<Arc<dyn LockObserver>>,
 }
 
@@ -97,6 +106,8 @@ impl Shared {
     pub(super) fn new(start: Start) -> Self {
         let Start {
             key,
+            show_key,
+            on_lost,
             lock_id,
             fence,
             ttl,
@@ -110,8 +121,22 @@ impl Shared {
         let hold_until = max_hold.map(|max| later(sent_at, max));
         let mut belief = Belief::granted(sent_at, ttl, expires_at_ms);
         belief.reaches_cap = hold_until.is_some_and(|cap| belief.deadline >= cap);
+        let name = LockName::new(&key, show_key);
+        let span = tracing::info_span!(
+            "syncguard.hold",
+            key_hash = name.key_hash(),
+            key = tracing::field::Empty,
+            %fence,
+            outcome = tracing::field::Empty,
+        );
+        if let Some(key) = name.key() {
+            span.record("key", key);
+        }
         Self {
             key,
+            name,
+            span,
+            on_lost,
             lock_id,
             fence,
             ttl,
@@ -124,6 +149,7 @@ impl Shared {
             ended: AtomicBool::new(false),
             lost_reason: OnceLock::new(),
             lost_token: OnceLock::new(),
+            outcome_recorded: OnceLock::new(),
             observer,
         }
     }
@@ -136,8 +162,11 @@ impl Shared {
         *self.belief_mut()
     }
 
-    pub(super) fn key_hash(&self) -> String {
-        hash_key(self.key.as_str())
+    /// Records how the hold ended in its span (the first outcome stays).
+    pub(super) fn record_outcome(&self, outcome: &'static str) {
+        if self.outcome_recorded.set(()).is_ok() {
+            self.span.record("outcome", outcome);
+        }
     }
 
     /// Why the lock is lost, if it is, as of now: a loss already recorded, or a deadline that
@@ -177,9 +206,10 @@ impl Shared {
             return self.lost_reason().unwrap_or(reason);
         }
         if self.lost_reason.set(reason).is_ok() {
-            tracing::warn!(key_hash = %self.key_hash(), fence = %self.fence, %reason, "syncguard lock lost");
+            self.record_outcome("lost");
+            tracing::warn!(parent: &self.span, lock = %self.name, fence = %self.fence, %reason, "syncguard lock lost");
             if let Some(observer) = &self.observer {
-                observer.lost(self.key.as_str(), reason, self.acquired_at.elapsed());
+                observer.lost(&self.key, &self.lock_id, reason, self.acquired_at.elapsed());
             }
             if let Some(token) = self.lost_token.get() {
                 token.cancel();
@@ -297,13 +327,30 @@ impl Shared {
 
     pub(super) fn report_heartbeat(&self, ok: bool) {
         if let Some(observer) = &self.observer {
-            observer.heartbeat(self.key.as_str(), ok);
+            observer.heartbeat(&self.key, &self.lock_id, ok);
         }
     }
 
-    pub(super) fn report_released(&self) {
-        if let Some(observer) = &self.observer {
-            observer.released(self.key.as_str(), self.acquired_at.elapsed());
+    /// Records the answer to the release: whether it released the lock, or the error.
+    pub(super) fn report_release(
+        &self,
+        outcome: Result<ReleaseOutcome, LockError>,
+    ) -> Result<bool, LockError> {
+        let released = match outcome {
+            Ok(outcome) => outcome.is_released(),
+            Err(error) => {
+                self.record_outcome("release_failed");
+                return Err(error);
+            }
+        };
+        if released {
+            self.record_outcome("released");
+            if let Some(observer) = &self.observer {
+                observer.released(&self.key, &self.lock_id, self.acquired_at.elapsed());
+            }
+        } else {
+            self.record_outcome("not_held");
         }
+        Ok(released)
     }
 }

@@ -105,8 +105,9 @@ impl PostgresConfig {
     }
 
     /// How long opening a connection may take (TCP, TLS and authentication): the initial
-    /// connection of [`PostgresBackend::connect`](super::PostgresBackend::connect), and the
-    /// fresh connection an operation is retried on. A refused connection (no server on that
+    /// connection of [`PostgresBackendBuilder::build`](super::PostgresBackendBuilder::build)
+    /// (and [`PostgresBackend::connect`](super::PostgresBackend::connect)), and the fresh
+    /// connection an operation is retried on. A refused connection (no server on that
     /// port) is reported at once as [`LockError::ServiceUnavailable`], not after this.
     #[must_use]
     pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {

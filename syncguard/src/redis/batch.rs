@@ -17,12 +17,11 @@ use ::redis::Value;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::error::{error_from_reply, unexpected_reply};
+use super::batch_call::{Call, send};
+pub(crate) use super::batch_call::{Op, Reply};
+use super::connection::Conn;
 use super::orphans::{Orphan, Orphans};
-use super::scripts::{self, LuaScript};
-use super::{Conn, ConnError, evalsha};
-use crate::time::TIME_TOLERANCE_MS;
-use crate::{LockError, LockId};
+use crate::LockError;
 
 /// The most calls in one script call: bounds how long one batch holds the server (well under a
 /// millisecond) while amortizing the call itself over many operations.
@@ -36,84 +35,6 @@ const MAX_IN_FLIGHT: usize = 4;
 /// answered them (and the client while the server worked): the batches went in lockstep.
 /// Answered in groups, the first callers' next calls are sent while the others are answered.
 const REPLY_GROUP: usize = 16;
-
-/// One call, with the keys and arguments the batch script takes for it.
-#[derive(Clone)]
-pub(crate) enum Op {
-    Acquire {
-        lock_key: String,
-        index_key: String,
-        fence_key: String,
-        lock_id: LockId,
-        ttl_ms: u64,
-        key: String,
-    },
-    /// `lock_key` when the caller knows it (it took the lock): the index is not read.
-    Release {
-        lock_key: Option<String>,
-        index_key: String,
-        lock_id: LockId,
-    },
-    Extend {
-        lock_key: Option<String>,
-        index_key: String,
-        lock_id: LockId,
-        ttl_ms: u64,
-    },
-}
-
-impl Op {
-    fn keys(&self) -> usize {
-        match self {
-            Op::Acquire { .. } => 3,
-            Op::Release { lock_key, .. } | Op::Extend { lock_key, .. } => {
-                1 + usize::from(lock_key.is_some())
-            }
-        }
-    }
-
-    fn args(&self) -> usize {
-        match self {
-            Op::Acquire { .. } => 5,
-            Op::Release { .. } => 2,
-            Op::Extend { .. } => 4,
-        }
-    }
-
-    fn bytes(&self) -> usize {
-        match self {
-            Op::Acquire {
-                lock_key,
-                index_key,
-                fence_key,
-                key,
-                ..
-            } => lock_key.len() + index_key.len() + fence_key.len() + key.len() + 64,
-            Op::Release {
-                lock_key,
-                index_key,
-                ..
-            } => lock_key.as_ref().map_or(0, String::len) + index_key.len() + 24,
-            Op::Extend {
-                lock_key,
-                index_key,
-                ..
-            } => lock_key.as_ref().map_or(0, String::len) + index_key.len() + 64,
-        }
-    }
-}
-
-/// What an operation got back: its slot of the batch reply, and the server time of the batch
-/// (an acquire or extend that succeeded expires at `now_ms + ttl`).
-pub(crate) struct Reply {
-    pub(crate) value: Value,
-    pub(crate) now_ms: u64,
-}
-
-pub(super) struct Call {
-    pub(super) op: Op,
-    pub(super) reply: oneshot::Sender<Result<Reply, LockError>>,
-}
 
 /// The queue in front of the batch task of one backend.
 pub(crate) struct Batcher {
@@ -235,116 +156,4 @@ async fn execute(conn: &Conn, index_prefix: &Arc<str>, orphans: &Arc<Orphans>, c
     if !found.is_empty() {
         orphans.add(found, conn, index_prefix);
     }
-}
-
-/// Why a whole batch failed; each of its callers gets the mapped error.
-pub(super) enum Failure {
-    Conn(ConnError),
-    Reply(Value),
-}
-
-impl Failure {
-    /// Whether the batch may have run: a pooled connection that could not be had sent
-    /// nothing.
-    fn may_have_been_applied(&self) -> bool {
-        !matches!(self, Failure::Conn(ConnError::Pool(_)))
-    }
-
-    pub(super) fn to_lock_error(&self) -> LockError {
-        match self {
-            Failure::Conn(error) => error.to_lock_error(),
-            Failure::Reply(reply) => unexpected_reply("batch", reply),
-        }
-    }
-}
-
-pub(super) async fn send(
-    conn: &Conn,
-    index_prefix: &str,
-    calls: &[Call],
-) -> Result<Vec<Result<Reply, LockError>>, Failure> {
-    let lua: &LuaScript = &scripts::BATCH;
-    let keys = calls.iter().map(|c| c.op.keys()).sum();
-    let args = calls.iter().map(|c| c.op.args()).sum::<usize>() + 2;
-    let bytes = calls.iter().map(|c| c.op.bytes()).sum::<usize>() + index_prefix.len();
-    let mut cmd = evalsha(lua, keys, args, bytes);
-    for call in calls {
-        match &call.op {
-            Op::Acquire {
-                lock_key,
-                index_key,
-                fence_key,
-                ..
-            } => {
-                cmd.arg(lock_key.as_str())
-                    .arg(index_key.as_str())
-                    .arg(fence_key.as_str());
-            }
-            Op::Release {
-                lock_key,
-                index_key,
-                ..
-            }
-            | Op::Extend {
-                lock_key,
-                index_key,
-                ..
-            } => {
-                if let Some(lock_key) = lock_key {
-                    cmd.arg(lock_key.as_str());
-                }
-                cmd.arg(index_key.as_str());
-            }
-        }
-    }
-    cmd.arg(TIME_TOLERANCE_MS).arg(index_prefix);
-    for call in calls {
-        match &call.op {
-            Op::Acquire {
-                lock_id,
-                ttl_ms,
-                key,
-                ..
-            } => {
-                cmd.arg("A")
-                    .arg(lock_id.as_str())
-                    .arg(*ttl_ms)
-                    .arg(ttl_ms + TIME_TOLERANCE_MS)
-                    .arg(key.as_str());
-            }
-            Op::Release {
-                lock_key, lock_id, ..
-            } => {
-                cmd.arg(if lock_key.is_some() { "r" } else { "R" })
-                    .arg(lock_id.as_str());
-            }
-            Op::Extend {
-                lock_key,
-                lock_id,
-                ttl_ms,
-                ..
-            } => {
-                cmd.arg(if lock_key.is_some() { "e" } else { "E" })
-                    .arg(lock_id.as_str())
-                    .arg(*ttl_ms)
-                    .arg(ttl_ms + TIME_TOLERANCE_MS);
-            }
-        }
-    }
-    let reply = conn.eval(lua, &cmd).await.map_err(Failure::Conn)?;
-    let Value::Array(mut replies) = reply else {
-        return Err(Failure::Reply(reply));
-    };
-    let now_ms = match replies.first() {
-        Some(Value::Int(now)) if replies.len() == calls.len() + 1 => u64::try_from(*now).ok(),
-        _ => None,
-    };
-    let Some(now_ms) = now_ms else {
-        return Err(Failure::Reply(Value::Array(replies)));
-    };
-    replies.remove(0);
-    Ok(replies
-        .into_iter()
-        .map(|value| error_from_reply(value).map(|value| Reply { value, now_ms }))
-        .collect())
 }

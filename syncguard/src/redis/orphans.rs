@@ -18,8 +18,8 @@ use ::redis::Value;
 use tokio::sync::oneshot;
 use tokio::time::{Instant, sleep};
 
-use super::Conn;
-use super::batch::{Call, Op, send};
+use super::batch_call::{Call, Op, send};
+use super::connection::Conn;
 use crate::time::TIME_TOLERANCE_MS;
 
 /// The most locks kept for release; past it the oldest are given up (each stays until its

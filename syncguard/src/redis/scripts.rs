@@ -41,3 +41,17 @@ pub(crate) static LOOKUP_ID: LazyLock<LuaScript> =
 pub(crate) fn all() -> [&'static LuaScript; 4] {
     [&BATCH, &IS_LOCKED, &LOOKUP_KEY, &LOOKUP_ID]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scripts_are_distinct() {
+        let hashes: std::collections::HashSet<_> = all()
+            .iter()
+            .map(|s| s.script.get_hash().to_owned())
+            .collect();
+        assert_eq!(hashes.len(), all().len());
+    }
+}

@@ -20,7 +20,7 @@
 //! let backend = with_telemetry(MemoryBackend::new(), move |event| {
 //!     sink.lock().unwrap().push((event.operation, event.result));
 //! });
-//! let guard = syncguard::acquire(&backend, &LockOptions::new("job:1")).await?;
+//! let guard = syncguard::acquire(&backend, "job:1", &LockOptions::default()).await?;
 //! guard.release().await?;
 //! assert_eq!(
 //!     *seen.lock().unwrap(),
@@ -40,12 +40,12 @@ use std::time::{Duration, Instant};
 #[cfg(feature = "opentelemetry")]
 pub use otel::{OpenTelemetry, OpenTelemetryBackend, with_opentelemetry};
 
+use crate::backend::LockObserver;
 use crate::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockInfo, Lookup,
     NotHeldReason, ReleaseOutcome,
 };
 use crate::key::hash_key;
-use crate::observe::LockObserver;
 use crate::{ErrorCode, Fence, LockError, LockId};
 
 /// The five backend operations.
@@ -192,7 +192,12 @@ pub trait Instrument: Send + Sync + 'static + sealed::Sealed {
     #[doc(hidden)]
     type Span: Send;
     #[doc(hidden)]
-    fn start(&self, operation: Operation, backend: &'static str) -> Self::Span;
+    fn start(
+        &self,
+        operation: Operation,
+        lock_id: Option<&LockId>,
+        backend: &'static str,
+    ) -> Self::Span;
     #[doc(hidden)]
     fn finish(&self, span: Self::Span, call: &Call<'_>, backend: &'static str);
     #[doc(hidden)]
@@ -283,7 +288,7 @@ impl sealed::Sealed for EventSink {}
 impl Instrument for EventSink {
     type Span = ();
 
-    fn start(&self, _: Operation, _: &'static str) {}
+    fn start(&self, _: Operation, _: Option<&LockId>, _: &'static str) {}
 
     fn finish(&self, (): (), call: &Call<'_>, _: &'static str) {
         let event = LockEvent {
@@ -326,7 +331,7 @@ impl<B: LockBackend, I: Instrument> Instrumented<B, I> {
         ),
     ) -> Result<T, LockError> {
         let backend = self.inner.capabilities().backend;
-        let span = self.instrument.start(operation, backend);
+        let span = self.instrument.start(operation, lock_id, backend);
         let started = Instant::now();
         let result = call.await;
         let elapsed = started.elapsed();

@@ -1,18 +1,20 @@
 //! OpenTelemetry spans and metrics (feature `opentelemetry`).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use opentelemetry::global::{self, BoxedSpan, BoxedTracer};
 use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider};
-use opentelemetry::trace::{Span as _, SpanKind, Status, Tracer as _, TracerProvider};
+use opentelemetry::trace::{
+    Span as _, SpanKind, Status, TraceContextExt as _, Tracer as _, TracerProvider,
+};
 use opentelemetry::{Context, KeyValue};
 
 use super::{Call, Instrument, Instrumented, Operation, sealed};
-use crate::backend::{Lease, LockBackend};
+use crate::backend::{Lease, LockBackend, LockObserver};
 use crate::key::hash_key;
-use crate::observe::LockObserver;
-use crate::{LockError, LostReason};
+use crate::{LockError, LockId, LostReason};
 
 /// The instrumentation scope name of every span and instrument.
 const SCOPE: &str = "syncguard";
@@ -34,6 +36,15 @@ pub type OpenTelemetryBackend<B> = Instrumented<B, OpenTelemetry>;
 /// | `syncguard.lock.held` | histogram, s | `syncguard.outcome` (`released` / `lost`), `syncguard.backend` |
 /// | `syncguard.heartbeats` | counter | `syncguard.result` (`ok` / `fail`), `syncguard.backend` |
 /// | `syncguard.locks.lost` | counter | `syncguard.reason`, `syncguard.backend` |
+///
+/// # Spans
+/// - `syncguard.acquire`, `syncguard.is_locked`, `syncguard.lookup`: one per call, children of
+///   the caller's current context.
+/// - `syncguard.hold`: from the acquisition to the release or the loss of a lock taken through
+///   [`acquire`](crate::acquire) and what builds on it, a child of the caller's context, with
+///   `syncguard.outcome` (`released`, `not_held`, `release_failed`, `lost`) at its end.
+/// - `syncguard.extend` (the heartbeat's included) and `syncguard.release`: children of their
+///   lock's hold span, so that a long hold is one trace, not one root trace per heartbeat.
 ///
 /// Span attributes: `syncguard.backend`, `syncguard.operation`, `syncguard.result`,
 /// `syncguard.reason`, `syncguard.key_hash`, `syncguard.lock_id_hash`, `syncguard.fence`, and
@@ -105,6 +116,8 @@ pub struct OpenTelemetry {
     heartbeats: Counter<u64>,
     lost: Counter<u64>,
     include_raw: bool,
+    /// The context of each lock's open `syncguard.hold` span, by lock id.
+    holds: Arc<Mutex<HashMap<LockId, Context>>>,
 }
 
 impl OpenTelemetry {
@@ -139,7 +152,51 @@ impl OpenTelemetry {
                 .with_description("Locks lost while held, by reason")
                 .build(),
             include_raw,
+            holds: Arc::default(),
         }
+    }
+
+    fn holds(&self) -> std::sync::MutexGuard<'_, HashMap<LockId, Context>> {
+        self.holds.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Opens the hold span of a lock just acquired, under the caller's context.
+    fn begin_hold(&self, key: &str, lease: &Lease, backend: &'static str) {
+        let mut attributes = vec![
+            KeyValue::new("syncguard.backend", backend),
+            KeyValue::new("syncguard.key_hash", hash_key(key)),
+            KeyValue::new("syncguard.lock_id_hash", hash_key(lease.lock_id.as_str())),
+            KeyValue::new("syncguard.fence", lease.fence.to_string()),
+        ];
+        if self.include_raw {
+            attributes.push(KeyValue::new("syncguard.key", key.to_owned()));
+            attributes.push(KeyValue::new(
+                "syncguard.lock_id",
+                lease.lock_id.to_string(),
+            ));
+        }
+        let builder = self
+            .tracer
+            .span_builder("syncguard.hold")
+            .with_kind(SpanKind::Internal)
+            .with_attributes(attributes);
+        let span = self.tracer.build_with_context(builder, &Context::current());
+        let hold = Context::current_with_span(span);
+        self.holds().insert(lease.lock_id.clone(), hold);
+    }
+
+    /// Closes the hold span of `lock_id`, if open.
+    fn end_hold(&self, lock_id: &LockId, outcome: &'static str, reason: Option<&'static str>) {
+        let Some(hold) = self.holds().remove(lock_id) else {
+            return;
+        };
+        let span = hold.span();
+        span.set_attribute(KeyValue::new("syncguard.outcome", outcome));
+        if let Some(reason) = reason {
+            span.set_attribute(KeyValue::new("syncguard.reason", reason));
+            span.set_status(Status::error(format!("lock lost: {reason}")));
+        }
+        span.end();
     }
 }
 
@@ -158,8 +215,15 @@ impl sealed::Sealed for OpenTelemetry {}
 impl Instrument for OpenTelemetry {
     type Span = BoxedSpan;
 
-    fn start(&self, operation: Operation, backend: &'static str) -> BoxedSpan {
-        let parent = Context::current();
+    fn start(
+        &self,
+        operation: Operation,
+        lock_id: Option<&LockId>,
+        backend: &'static str,
+    ) -> BoxedSpan {
+        // The calls on a held lock belong to its hold.
+        let hold = lock_id.and_then(|id| self.holds().get(id).cloned());
+        let parent = hold.unwrap_or_else(Context::current);
         let builder = self
             .tracer
             .span_builder(span_name(operation))
@@ -200,6 +264,15 @@ impl Instrument for OpenTelemetry {
         }
         span.set_attributes(attributes);
         span.end();
+        // A release, whatever its answer, ends the hold it belongs to.
+        if let (Operation::Release, Some(lock_id)) = (call.operation, call.lock_id) {
+            let outcome = match (call.result, call.error) {
+                (super::EventResult::Ok, _) => "released",
+                (_, Some(_)) => "release_failed",
+                (_, None) => "not_held",
+            };
+            self.end_hold(lock_id, outcome, None);
+        }
 
         let mut labels = vec![
             KeyValue::new("syncguard.operation", call.operation.as_str()),
@@ -240,7 +313,8 @@ impl Observer {
 }
 
 impl LockObserver for Observer {
-    fn acquired(&self, _key: &str, _lease: &Lease, wait: Duration, _attempts: u32) {
+    fn acquired(&self, key: &str, lease: &Lease, wait: Duration, _attempts: u32) {
+        self.otel.begin_hold(key, lease, self.backend);
         self.otel.wait.record(
             wait.as_secs_f64(),
             &self.labels("syncguard.result", "acquired"),
@@ -254,21 +328,22 @@ impl LockObserver for Observer {
         );
     }
 
-    fn heartbeat(&self, _key: &str, ok: bool) {
+    fn heartbeat(&self, _key: &str, _lock_id: &LockId, ok: bool) {
         let result = if ok { "ok" } else { "fail" };
         self.otel
             .heartbeats
             .add(1, &self.labels("syncguard.result", result));
     }
 
-    fn released(&self, _key: &str, held: Duration) {
+    fn released(&self, _key: &str, lock_id: &LockId, held: Duration) {
+        self.otel.end_hold(lock_id, "released", None);
         self.otel.held.record(
             held.as_secs_f64(),
             &self.labels("syncguard.outcome", "released"),
         );
     }
 
-    fn lost(&self, _key: &str, reason: LostReason, held: Duration) {
+    fn lost(&self, _key: &str, lock_id: &LockId, reason: LostReason, held: Duration) {
         self.otel.held.record(
             held.as_secs_f64(),
             &self.labels("syncguard.outcome", "lost"),
@@ -279,6 +354,7 @@ impl LockObserver for Observer {
             LostReason::MaxHoldReached => "max_hold_reached",
             LostReason::Shutdown => "shutdown",
         };
+        self.otel.end_hold(lock_id, "lost", Some(reason));
         self.otel
             .lost
             .add(1, &self.labels("syncguard.reason", reason));

@@ -12,6 +12,8 @@
 //! Needs redis-server and PostgreSQL's binaries: `bash scripts/test-all.sh` installs them and
 //! exports where they are.
 
+#[path = "../support/forward.rs"]
+mod forward;
 #[path = "../support/proxy.rs"]
 mod proxy;
 #[path = "../support/servers.rs"]
@@ -28,7 +30,7 @@ use servers::{PostgresServer, RedisServer};
 use sqlx::{Connection, PgConnection};
 use syncguard::postgres::{PostgresBackend, PostgresConfig, setup_schema};
 use syncguard::redis::{ConnectionMode, RedisBackend};
-use timed::{CallTimes, Timed};
+use timed::{CallTimes, timed};
 use tokio::time::sleep;
 use workload::{Figures, TTL};
 
@@ -87,10 +89,7 @@ async fn redis_under_faults() {
             .build()
             .await
             .expect("connect to the suite's redis-server");
-        instances.push(Timed {
-            inner: Arc::new(backend),
-            times: Arc::clone(&times),
-        });
+        instances.push(timed(backend, &times));
     }
 
     let mut figures = Vec::new();
@@ -142,13 +141,12 @@ async fn postgres_under_faults() {
     let times = Arc::new(CallTimes::default());
     let mut instances = Vec::new();
     for _ in 0..2 {
-        let backend = PostgresBackend::connect(&url, config.clone())
+        let backend = PostgresBackend::builder(&url)
+            .config(config.clone())
+            .build()
             .await
             .expect("connect to the suite's PostgreSQL");
-        instances.push(Timed {
-            inner: Arc::new(backend),
-            times: Arc::clone(&times),
-        });
+        instances.push(timed(backend, &times));
     }
 
     let mut figures = Vec::new();

@@ -2,17 +2,15 @@
 //! within the backend's configured timeouts.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use syncguard::{
-    AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockError, LockId,
-    LockInfo, Lookup, ReleaseOutcome,
-};
+use syncguard::backend::{BoxFuture, LockBackend};
 use tokio::time::Instant;
 
-/// The slowest call of each kind, and the calls over the bound.
+use crate::forward::{Call, Intercept, Intercepted};
+
+/// The slowest call of each kind, and how many calls were made.
 #[derive(Default)]
 pub(crate) struct CallTimes {
     worst: Mutex<BTreeMap<&'static str, Duration>>,
@@ -40,64 +38,29 @@ impl CallTimes {
     }
 }
 
-/// `inner`, timed into `times`.
+/// Times each call into the shared [`CallTimes`].
 #[derive(Clone)]
-pub(crate) struct Timed {
-    pub(crate) inner: Arc<dyn LockBackend>,
-    pub(crate) times: Arc<CallTimes>,
-}
+pub(crate) struct Timing(pub(crate) Arc<CallTimes>);
 
-impl Timed {
-    fn time<'a, T: 'a>(
+impl Intercept for Timing {
+    fn intercept<'a, T: Send + 'a>(
         &'a self,
-        what: &'static str,
-        call: impl Future<Output = T> + Send + 'a,
+        call: Call<'a>,
+        forward: impl FnOnce() -> BoxFuture<'a, T> + Send + 'a,
     ) -> BoxFuture<'a, T> {
         Box::pin(async move {
             let started = Instant::now();
-            let result = call.await;
-            self.times.note(what, started.elapsed());
+            let result = forward().await;
+            self.0.note(call.name(), started.elapsed());
             result
         })
     }
 }
 
-impl LockBackend for Timed {
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
-        self.time("acquire", self.inner.acquire(key, ttl))
-    }
+/// A backend instance, timed.
+pub(crate) type Timed = Intercepted<Arc<dyn LockBackend>, Timing>;
 
-    fn release<'a>(
-        &'a self,
-        lock_id: &'a LockId,
-    ) -> BoxFuture<'a, Result<ReleaseOutcome, LockError>> {
-        self.time("release", self.inner.release(lock_id))
-    }
-
-    fn extend<'a>(
-        &'a self,
-        lock_id: &'a LockId,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
-        self.time("extend", self.inner.extend(lock_id, ttl))
-    }
-
-    fn is_locked<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
-        self.time("is_locked", self.inner.is_locked(key))
-    }
-
-    fn lookup<'a>(
-        &'a self,
-        query: Lookup<'a>,
-    ) -> BoxFuture<'a, Result<Option<LockInfo>, LockError>> {
-        self.time("lookup", self.inner.lookup(query))
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
+/// `backend`, timed into `times`.
+pub(crate) fn timed(backend: impl LockBackend + 'static, times: &Arc<CallTimes>) -> Timed {
+    Intercepted::new(Arc::new(backend), Timing(Arc::clone(times)))
 }

@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rand::Rng;
+use syncguard::backend::LockBackend;
 use syncguard::conformance::history::{History, Hold};
-use syncguard::{LockBackend, LockOptions, RetryPolicy};
+use syncguard::{LockOptions, RetryPolicy};
 use tokio::time::{Instant, sleep, timeout};
 
 use crate::timed::Timed;
@@ -160,14 +161,16 @@ struct Worker {
 
 impl Worker {
     async fn run(self) {
-        let options = LockOptions::new(&self.key).with_ttl(TTL).with_retry(
-            RetryPolicy::new()
-                .with_base_delay(Duration::from_millis(10))
-                .with_max_retries(u32::MAX)
-                .with_timeout(Duration::from_secs(1)),
-        );
+        let options = LockOptions::builder()
+            .ttl(TTL)
+            .retry(
+                RetryPolicy::wait_for(Duration::from_secs(1))
+                    .with_base_delay(Duration::from_millis(10)),
+            )
+            .build()
+            .expect("valid options");
         while !self.stop.load(Ordering::SeqCst) {
-            let guard = match syncguard::acquire(&self.backend, &options).await {
+            let guard = match syncguard::acquire(&self.backend, &self.key, &options).await {
                 Ok(guard) => guard,
                 Err(error) => {
                     if !error.is_contended() {
@@ -206,7 +209,7 @@ impl Worker {
                 actions,
                 lost: guard.lost_reason(),
             });
-            let _ = guard.release().await;
+            guard.release_logged().await;
         }
     }
 }

@@ -8,12 +8,13 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use syncguard::{LockError, LockGuard, LockOptions, OnLost};
+use syncguard::time::MAX_TTL;
+use syncguard::{ErrorCode, LockError, LockGuard, LockOptions, LockOptionsBuilder, OnLost};
 use tokio::time::{Instant, sleep};
 
-use crate::checker::{WITH_LOCK_OK, World, check_wait};
+use crate::checker::{OPTIONS_CHECKED, WITH_LOCK_OK, World, check_wait};
 use crate::faults::Faulty;
-use crate::schedule::{Action, gen_action, gen_gap, gen_options};
+use crate::schedule::{Action, Plan, gen_action, gen_gap, gen_options};
 use crate::util::{lock, ms};
 
 /// Virtual time a client may spend waiting (not stalled) on one hold: bounds the heartbeats,
@@ -85,20 +86,51 @@ impl Client {
             if self.world.stopped() {
                 break;
             }
-            let options = gen_options(&mut self.rng, &self.keys);
+            let plan = gen_options(&mut self.rng, &self.keys);
             if self.rng.random_bool(0.3) {
-                self.with_lock_round(options).await;
+                self.with_lock_round(plan).await;
             } else {
-                self.acquire_round(options).await;
+                self.acquire_round(plan).await;
             }
             let gap = gen_gap(&mut self.rng);
             sleep(gap).await;
         }
     }
 
-    async fn acquire_round(&mut self, options: LockOptions) {
-        self.log(format_args!("acquires {options:?}"));
-        let guard = match syncguard::acquire(&self.backend, &options).await {
+    /// The plan's options, or `None` (logged) if the builder refused them, which it must do
+    /// for an invalid ttl and only then.
+    fn build(&self, plan: &Plan, options: LockOptionsBuilder) -> Option<LockOptions> {
+        let valid_ttl = (ms(1)..=MAX_TTL).contains(&plan.ttl);
+        match options.build() {
+            Ok(options) => {
+                if !valid_ttl {
+                    self.world.violate(
+                        OPTIONS_CHECKED,
+                        format!("{} built options with a ttl of {:?}", self.who, plan.ttl),
+                    );
+                }
+                Some(options)
+            }
+            Err(error) => {
+                self.log(format_args!("options refused: {error}"));
+                if valid_ttl || error.code() != ErrorCode::InvalidArgument {
+                    self.world.violate(
+                        OPTIONS_CHECKED,
+                        format!("{} got {error} for a ttl of {:?}", self.who, plan.ttl),
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    async fn acquire_round(&mut self, plan: Plan) {
+        let Some(options) = self.build(&plan, plan.options.clone()) else {
+            return;
+        };
+        let key = plan.key.as_str();
+        self.log(format_args!("acquires {key} with {options:?}"));
+        let guard = match syncguard::acquire(&self.backend, key, &options).await {
             Ok(guard) => Arc::new(guard),
             Err(error) => {
                 self.log(format_args!("acquire failed: {error}"));
@@ -172,14 +204,17 @@ impl Client {
         }
     }
 
-    async fn with_lock_round(&mut self, options: LockOptions) {
+    async fn with_lock_round(&mut self, plan: Plan) {
         let on_lost = if self.rng.random_bool(0.5) {
             OnLost::Cancel
         } else {
             OnLost::Notify
         };
-        let options = options.with_on_lost(on_lost);
-        self.log(format_args!("runs with_lock {options:?}"));
+        let Some(options) = self.build(&plan, plan.options.clone().on_lost(on_lost)) else {
+            return;
+        };
+        let key = plan.key.as_str();
+        self.log(format_args!("runs with_lock on {key} with {options:?}"));
         // Whether the server held the lock live at the work's last step.
         let finished_live: Arc<Mutex<Option<bool>>> = Arc::new(Mutex::new(None));
         let mut steps_rng = StdRng::seed_from_u64(self.rng.random());
@@ -192,8 +227,11 @@ impl Client {
             Arc::clone(&finished_live),
         );
         let ttl = options.ttl();
-        let result =
-            syncguard::with_lock(&self.backend, &options, async move |guard: &LockGuard| {
+        let result = syncguard::with_lock(
+            &self.backend,
+            key,
+            &options,
+            async move |guard: &LockGuard| {
                 world.acquired.fetch_add(1, Ordering::Relaxed);
                 world.check(&who, guard, "work started");
                 let work = async {
@@ -235,8 +273,9 @@ impl Client {
                     result = work => result,
                     () = watch => unreachable!("the watcher never ends"),
                 }
-            })
-            .await;
+            },
+        )
+        .await;
         self.log(format_args!("with_lock returned {result:?}"));
         let finished_live = *lock(&finished_live);
         if result.is_ok() {

@@ -8,12 +8,13 @@ use std::time::Duration;
 
 use rand::Rng;
 use rand::rngs::StdRng;
+use syncguard::backend::{
+    AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockInfo, Lookup,
+    ReleaseOutcome,
+};
 use syncguard::key::normalize_key;
 use syncguard::time::ttl_millis;
-use syncguard::{
-    AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockError, LockId,
-    LockInfo, Lookup, ReleaseOutcome,
-};
+use syncguard::{LockError, LockId};
 use tokio::sync::oneshot;
 use tokio::time::{sleep, timeout};
 

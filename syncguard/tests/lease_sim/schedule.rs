@@ -5,7 +5,7 @@ use std::time::Duration;
 use rand::Rng;
 use rand::rngs::StdRng;
 use syncguard::time::MAX_TTL;
-use syncguard::{Backoff, Jitter, LockOptions, RetryPolicy};
+use syncguard::{Backoff, Jitter, LockOptions, LockOptionsBuilder, RetryPolicy};
 
 use crate::faults::FaultProfile;
 use crate::util::{ms, whole_ms};
@@ -109,7 +109,14 @@ fn gen_max_hold(rng: &mut StdRng, ttl: Duration) -> Option<Duration> {
     }
 }
 
-pub(crate) fn gen_options(rng: &mut StdRng, keys: &[String]) -> LockOptions {
+/// One round's lock: its key, and the options to build (which refuse an invalid ttl).
+pub(crate) struct Plan {
+    pub(crate) key: String,
+    pub(crate) ttl: Duration,
+    pub(crate) options: LockOptionsBuilder,
+}
+
+pub(crate) fn gen_options(rng: &mut StdRng, keys: &[String]) -> Plan {
     let key = keys[rng.random_range(0..keys.len())].clone();
     // Now and then an invalid ttl, which must fail cleanly.
     let ttl = match rng.random_range(0..100) {
@@ -117,14 +124,15 @@ pub(crate) fn gen_options(rng: &mut StdRng, keys: &[String]) -> LockOptions {
         1 => MAX_TTL + ms(1),
         _ => gen_ttl(rng),
     };
-    let options = LockOptions::new(key)
-        .with_ttl(ttl)
-        .with_retry(gen_retry(rng))
-        .with_heartbeat(rng.random_bool(0.75));
-    match gen_max_hold(rng, ttl) {
-        Some(max_hold) => options.with_max_hold(max_hold),
+    let options = LockOptions::builder()
+        .ttl(ttl)
+        .retry(gen_retry(rng))
+        .heartbeat(rng.random_bool(0.75));
+    let options = match gen_max_hold(rng, ttl) {
+        Some(max_hold) => options.max_hold(max_hold),
         None => options,
-    }
+    };
+    Plan { key, ttl, options }
 }
 
 /// A wait or a stall while holding: relative to the ttl, or absolute and long.

@@ -4,12 +4,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use syncguard::backend::{
+    AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, Lease, LockBackend, LockInfo, Lookup,
+    NotHeldReason, ReleaseOutcome, TimeAuthority,
+};
 use syncguard::key::normalize_key;
 use syncguard::time::{now_ms, ttl_millis};
-use syncguard::{
-    AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, Fence, Lease, LockBackend, LockError,
-    LockId, LockInfo, Lookup, NotHeldReason, ReleaseOutcome, TimeAuthority,
-};
+use syncguard::{Fence, LockError, LockId};
 use tokio::time::Instant;
 
 use crate::event_log::EventLog;
@@ -141,6 +142,7 @@ impl SimServer {
             match outcome {
                 ExtendOutcome::Extended { .. } => format!("expires at {}", self.at(expiry)),
                 ExtendOutcome::NotHeld(reason) => format!("not held ({reason:?})"),
+                other => format!("{other:?}"),
             }
         ));
         Ok(outcome)

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use syncguard::{LockBackend, LockError, LockId, LostReason, locked};
+use syncguard::{LockBackend, LockError, LockId, LockOptions, LostReason, RetryPolicy, locked};
 
 pub fn service_url(variable: &str, install: &str) -> String {
     std::env::var(variable).unwrap_or_else(|_| {
@@ -19,12 +19,12 @@ pub fn service_url(variable: &str, install: &str) -> String {
 }
 
 pub async fn postgres() -> syncguard::postgres::PostgresBackend {
-    use syncguard::postgres::{PostgresBackend, PostgresConfig, setup_schema};
+    use syncguard::postgres::{PostgresBackend, setup_schema};
     let url = service_url(
         "SYNCGUARD_TEST_POSTGRES_URL",
         "PostgreSQL (apt-get install postgresql)",
     );
-    let backend = PostgresBackend::connect(&url, PostgresConfig::new())
+    let backend = PostgresBackend::connect(&url)
         .await
         .expect("connect to PostgreSQL");
     setup_schema(backend.pool(), backend.config())
@@ -157,11 +157,83 @@ pub async fn lost_lock_cancels_the_locked_body<B: LockBackend + Clone + 'static>
         matches!(
             error,
             LockError::LockLost {
-                reason: LostReason::NotHeld
+                reason: LostReason::NotHeld,
+                ..
             }
         ),
         "{error}"
     );
+    let lock = error.lock().expect("the error names the lock");
+    assert_eq!(lock.key(), None, "keys are not shown by default");
+    assert!(error.to_string().contains(lock.key_hash()), "{error}");
+}
+
+#[locked(key = "{key}", backend = backend, wait = false)]
+async fn once<B: LockBackend + Clone + 'static>(backend: &B, key: &str) -> Result<(), LockError> {
+    Ok(())
+}
+
+#[locked(key = "{key}", backend = backend, wait = "300ms", retry_delay = "50ms", show_key = true)]
+async fn briefly<B: LockBackend + Clone + 'static>(
+    backend: &B,
+    key: &str,
+) -> Result<(), LockError> {
+    Ok(())
+}
+
+/// A key held elsewhere: a call that may not wait gets `Contended` naming the lock by its key
+/// hash, one that waits gets `AcquisitionTimeout` (naming the key too, with `show_key`), and
+/// `try_acquire` gets `None`; once released, all of them get the lock.
+pub async fn contention_is_reported_by_each_entry_point<B: LockBackend + Clone + 'static>(
+    backend: B,
+) {
+    let key = unique("held");
+    let options = LockOptions::builder()
+        .ttl(Duration::from_secs(10))
+        .retry(RetryPolicy::single_attempt())
+        .build()
+        .unwrap();
+    let held = syncguard::acquire(&backend, &key, &options).await.unwrap();
+    let held_fence = held.fence();
+
+    let error = once(&backend, &key).await.unwrap_err();
+    let LockError::Contended { lock } = &error else {
+        panic!("a single attempt on a held key is Contended, not {error:?}");
+    };
+    assert_eq!(lock.key_hash(), held.name().key_hash());
+    assert_eq!(lock.key(), None);
+    assert!(error.is_contended() && error.is_retryable());
+
+    let error = briefly(&backend, &key).await.unwrap_err();
+    let LockError::AcquisitionTimeout { lock, attempts, .. } = &error else {
+        panic!("a wait that ran out is AcquisitionTimeout, not {error:?}");
+    };
+    assert!(*attempts > 1, "it retried: {error}");
+    assert_eq!(
+        lock.key(),
+        Some(key.as_str()),
+        "show_key = true names the key"
+    );
+    assert!(error.to_string().contains(&key), "{error}");
+
+    let busy = syncguard::try_acquire(&backend, &key, &options)
+        .await
+        .unwrap();
+    assert!(busy.is_none(), "try_acquire reports contention as None");
+    let error = syncguard::acquire(&backend, &key, &options)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, LockError::Contended { .. }), "{error}");
+
+    assert!(held.release().await.unwrap());
+    once(&backend, &key).await.unwrap();
+    briefly(&backend, &key).await.unwrap();
+    let guard = syncguard::try_acquire(&backend, &key, &options)
+        .await
+        .unwrap()
+        .expect("free once released");
+    assert!(guard.fence() > held_fence, "the fence grew");
+    assert!(guard.release().await.unwrap());
 }
 
 /// Concurrent requests with one key: one runs (outliving its 500 ms ttl thanks to the
@@ -182,13 +254,30 @@ pub async fn one_key_at_a_time_over_http<B: LockBackend + 'static>(backend: B) {
         .route(
             "/jobs",
             post(|lock: HeldLock| async move {
+                let first_expiry = lock.expires_at_ms();
                 tokio::time::sleep(Duration::from_millis(1500)).await;
-                lock.fence().get().to_string()
+                // The heartbeat kept the lock past its ttl, and the handle shows it.
+                let kept = lock.is_held()
+                    && lock.held_for() >= Duration::from_millis(1500)
+                    && lock.expires_at_ms() > first_expiry
+                    && lock.ttl() == Duration::from_millis(500)
+                    && lock.key().starts_with("e2e:tower:");
+                if kept {
+                    (StatusCode::OK, lock.fence().get().to_string())
+                } else {
+                    (StatusCode::INTERNAL_SERVER_ERROR, format!("{lock:?}"))
+                }
             }),
         )
         .layer(
             LockLayer::for_axum(backend, key::header("idempotency-key").with_prefix(prefix))
-                .with_ttl(Duration::from_millis(500)),
+                .with_options(
+                    LockOptions::builder()
+                        .ttl(Duration::from_millis(500))
+                        .retry(RetryPolicy::single_attempt())
+                        .build()
+                        .unwrap(),
+                ),
         );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());

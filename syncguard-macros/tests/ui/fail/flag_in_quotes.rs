@@ -10,4 +10,9 @@ async fn unkept() -> Result<(), LockError> {
     Ok(())
 }
 
+#[locked(key = "job", show_key = "true")]
+async fn named() -> Result<(), LockError> {
+    Ok(())
+}
+
 fn main() {}

@@ -24,13 +24,14 @@ async fn minimal() -> Result<(), LockError> {
     heartbeat = true,
     max_hold = "10m",
     on_lost = notify,
+    show_key = true,
     guard = lock,
 )]
 async fn every_option(id: u32) -> Result<String, LockError> {
     Ok(format!("{} {}", lock.key(), lock.fence()))
 }
 
-#[locked(key = "once", backend = *LOCKS, wait = false, heartbeat = false, on_lost = cancel)]
+#[locked(key = "once", backend = *LOCKS, wait = false, heartbeat = false, on_lost = cancel, show_key = false)]
 async fn single_attempt() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     Ok(())
 }
@@ -90,6 +91,30 @@ async fn with_renamed_crate() -> Result<(), LockError> {
     Ok(())
 }
 
+// Every argument, through the renamed crate.
+#[locked(
+    crate = renamed::sg,
+    key = "renamed:{id}",
+    ttl = "10s",
+    wait = "1s",
+    retries = 2,
+    retry_delay = "5ms",
+    backoff = exponential,
+    jitter = full,
+    max_hold = "1m",
+    on_lost = cancel,
+    show_key = true,
+    guard = lock,
+)]
+async fn renamed_every_option(id: u8) -> Result<u64, LockError> {
+    Ok(lock.fence().get() + u64::from(id))
+}
+
+#[locked(key = "shared", backend = backend)]
+async fn shared(backend: std::sync::Arc<dyn LockBackend>) -> Result<(), LockError> {
+    Ok(())
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     syncguard::set_default_backend(MemoryBackend::new()).unwrap();
@@ -107,6 +132,10 @@ async fn main() {
     assert_eq!(service.write().await.unwrap(), 1);
     assert_eq!(service.handle(5).await.unwrap(), 5);
     with_renamed_crate().await.unwrap();
+    assert_eq!(renamed_every_option(1).await.unwrap(), 2);
+    shared(std::sync::Arc::new(MemoryBackend::new()))
+        .await
+        .unwrap();
     // Spawnable: the generated futures are Send.
     tokio::spawn(async { every_option(8).await })
         .await

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use crate::backend::Lease;
-use crate::{LockError, LostReason};
+use super::Lease;
+use crate::{LockError, LockId, LostReason};
 
 /// Receives the events of acquiring and holding locks that single backend calls cannot see:
 /// how long an acquire waited, heartbeats, how long a lock was held, losses.
@@ -24,18 +24,19 @@ pub trait LockObserver: Send + Sync {
         let _ = (key, error, wait, attempts);
     }
 
-    /// The heartbeat extended the lock (`ok`) or failed to (a backend error or "not held").
-    fn heartbeat(&self, key: &str, ok: bool) {
-        let _ = (key, ok);
+    /// The heartbeat extended the lock held by `lock_id` (`ok`) or failed to (a backend error
+    /// or "not held").
+    fn heartbeat(&self, key: &str, lock_id: &LockId, ok: bool) {
+        let _ = (key, lock_id, ok);
     }
 
-    /// The holder released the lock after holding it for `held`.
-    fn released(&self, key: &str, held: Duration) {
-        let _ = (key, held);
+    /// The holder released the lock held by `lock_id` after holding it for `held`.
+    fn released(&self, key: &str, lock_id: &LockId, held: Duration) {
+        let _ = (key, lock_id, held);
     }
 
-    /// The lock was lost after being held for `held`.
-    fn lost(&self, key: &str, reason: LostReason, held: Duration) {
-        let _ = (key, reason, held);
+    /// The lock held by `lock_id` was lost after being held for `held`.
+    fn lost(&self, key: &str, lock_id: &LockId, reason: LostReason, held: Duration) {
+        let _ = (key, lock_id, reason, held);
     }
 }

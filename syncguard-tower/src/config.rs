@@ -1,0 +1,101 @@
+//! What the services and requests of one layer share: the backend, the lock options, when to
+//! release, and how to answer a held key.
+//!
+//! The leaf of the crate's modules: [`layer`](crate::LockLayer) builds it, the service, the
+//! response future, the body and the rejections read it, and it imports none of them.
+
+use std::fmt;
+use std::sync::Arc;
+
+use http::StatusCode;
+use syncguard::{LockBackend, LockName, LockOptions, RetryPolicy};
+
+/// When the layer releases a request's lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum ReleaseOn {
+    /// When the inner service's response future completes, that is once the handler has
+    /// returned the response head (status and headers). The default.
+    ///
+    /// The lock is released (and the release awaited, for up to a second) before the response
+    /// is handed on, so a client that sends the next request with the same key after reading
+    /// the response finds the lock free. **A streaming body is sent after the release,
+    /// unlocked**: if producing the body is part of the critical section (a body that streams
+    /// the output of the work), use [`BodyEnd`](Self::BodyEnd).
+    #[default]
+    ResponseFuture,
+    /// When the response body has been sent in full (it reported its end), or when it is
+    /// dropped unfinished (the client went away). The lock, its heartbeat and loss detection
+    /// cover the whole stream: with [`OnLost::Cancel`](syncguard::OnLost::Cancel) a loss while
+    /// streaming ends the body with an error, which aborts the response (HTTP/1 closes the
+    /// connection, HTTP/2 resets the stream), because the status has already been sent.
+    BodyEnd,
+}
+
+/// Settings shared by every service of one layer, and by their requests.
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub(crate) backend: Arc<dyn LockBackend>,
+    /// How every request's lock is taken and kept (ttl, waiting, heartbeat, hold cap, what a
+    /// loss does); the key is each request's own.
+    pub(crate) options: LockOptions,
+    pub(crate) release: ReleaseOn,
+    /// The HTTP status for a contended key.
+    pub(crate) contended_status: StatusCode,
+    /// `Some` on a gRPC layer: the status code for a contended key.
+    #[cfg(feature = "grpc")]
+    pub(crate) grpc_contended: Option<tonic::Code>,
+}
+
+impl Config {
+    pub(crate) fn new(backend: Arc<dyn LockBackend>) -> Self {
+        Self {
+            backend,
+            options: default_options(),
+            release: ReleaseOn::default(),
+            contended_status: StatusCode::LOCKED,
+            #[cfg(feature = "grpc")]
+            grpc_contended: None,
+        }
+    }
+
+    /// How logs name the lock on `key` (as its guard would, once taken): the hash of the
+    /// normalized key, and the key itself only if the options show keys.
+    pub(crate) fn lock_name(&self, key: &str) -> LockName {
+        let show_key = self.options.show_key();
+        match syncguard::key::normalize_key(key) {
+            Ok(normalized) => LockName::new(&normalized, show_key),
+            Err(_) => LockName::new(key, show_key),
+        }
+    }
+}
+
+/// The layer's default options: syncguard's defaults, except that a held key is answered at
+/// once instead of waited for.
+pub(crate) fn default_options() -> LockOptions {
+    LockOptions::builder()
+        .retry(RetryPolicy::single_attempt())
+        .build()
+        .expect("syncguard's default ttl is valid")
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut config = f.debug_struct("Config");
+        config
+            .field("backend", &self.backend.capabilities().backend)
+            .field("options", &self.options)
+            .field("release", &self.release)
+            .field("contended_status", &self.contended_status);
+        #[cfg(feature = "grpc")]
+        config.field("grpc_contended", &self.grpc_contended);
+        config.finish()
+    }
+}
+
+/// What the services of one layer share: each request clones it once (axum clones the service
+/// for every request), so it is one reference count, not one per field.
+pub(crate) struct Layered<K> {
+    pub(crate) make_key: Arc<K>,
+    pub(crate) config: Arc<Config>,
+}

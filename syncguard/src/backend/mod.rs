@@ -1,0 +1,141 @@
+//! The contract between syncguard and a storage backend: what a backend implements, and the
+//! types its operations exchange.
+//!
+//! Users of the built-in backends rarely need this module: [`acquire`](crate::acquire),
+//! [`with_lock`](crate::with_lock) and [`LockGuard`](crate::LockGuard) call the backend. It is
+//! for writing a backend (run the conformance suite, `syncguard::conformance`, against it),
+//! a decorator (as the telemetry ones), or an observer ([`LockObserver`]).
+
+mod info;
+mod observer;
+mod outcome;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::{LockError, LockId};
+
+pub use info::LockInfo;
+pub use observer::LockObserver;
+pub use outcome::{
+    AcquireOutcome, Capabilities, ExtendOutcome, Lease, Lookup, NotHeldReason, ReleaseOutcome,
+    TimeAuthority,
+};
+
+/// The future every [`LockBackend`] method returns: boxed, so that the trait stays usable as
+/// `Arc<dyn LockBackend>`.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A storage backend for distributed locks: single-attempt, atomic operations on one store.
+///
+/// Backends do not retry, wait or heartbeat: [`acquire`](crate::acquire),
+/// [`with_lock`](crate::with_lock) and [`LockGuard`](crate::LockGuard) do that on top of any
+/// backend. Every method validates its arguments before any I/O and fails with
+/// [`LockError::InvalidArgument`] without changing anything.
+///
+/// The trait is object safe (`Arc<dyn LockBackend>` is itself a backend) and its futures are
+/// `Send`. To implement it, write `Box::pin(async move { ... })` bodies and run the
+/// conformance suite (`syncguard::conformance`, feature `conformance`) against the
+/// implementation.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use syncguard::backend::{AcquireOutcome, LockBackend};
+/// use syncguard::MemoryBackend;
+///
+/// let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
+/// let AcquireOutcome::Acquired(lease) = backend.acquire("job:1", Duration::from_secs(30)).await? else {
+///     unreachable!("nobody else holds job:1");
+/// };
+/// assert!(backend.acquire("job:1", Duration::from_secs(30)).await?.is_contended());
+/// assert!(backend.release(&lease.lock_id).await?.is_released());
+/// # Ok(()) }
+/// ```
+pub trait LockBackend: Send + Sync {
+    /// Tries once to take the lock on `key` for `ttl`.
+    ///
+    /// Returns the new [`Lease`] (lock id, authoritative expiry, fence) or
+    /// [`AcquireOutcome::Contended`] if a live lock holds the key.
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<AcquireOutcome, LockError>>;
+
+    /// Releases the lock held by `lock_id`, if it is still live. At most one release of a lock
+    /// succeeds; it never touches another owner's lock.
+    fn release<'a>(
+        &'a self,
+        lock_id: &'a LockId,
+    ) -> BoxFuture<'a, Result<ReleaseOutcome, LockError>>;
+
+    /// Sets the expiry of the live lock held by `lock_id` to *now + `ttl`* (it replaces the
+    /// remaining time, it does not add to it) and returns the new authoritative expiry. An
+    /// expired lock is never revived.
+    fn extend<'a>(
+        &'a self,
+        lock_id: &'a LockId,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>>;
+
+    /// Whether a live lock holds `key`.
+    fn is_locked<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>>;
+
+    /// The live lock on a key, or held by a lock id; `None` when missing or expired.
+    ///
+    /// For diagnostics only: never gate a release or extend on it (they verify ownership
+    /// atomically themselves). Prefer [`get_by_key`](crate::get_by_key) and
+    /// [`get_by_id`](crate::get_by_id).
+    fn lookup<'a>(
+        &'a self,
+        query: Lookup<'a>,
+    ) -> BoxFuture<'a, Result<Option<LockInfo>, LockError>>;
+
+    /// What this backend is and guarantees.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Instrumentation that wants the events of acquiring and holding locks through this
+    /// backend (waits, heartbeats, hold times, losses). `None` by default; the telemetry
+    /// decorators return theirs.
+    fn observer(&self) -> Option<Arc<dyn LockObserver>> {
+        None
+    }
+}
+
+macro_rules! forward_backend {
+    ($($ty:ty),*) => {$(
+        impl<B: LockBackend + ?Sized> LockBackend for $ty {
+            fn acquire<'a>(&'a self, key: &'a str, ttl: Duration)
+                -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
+                (**self).acquire(key, ttl)
+            }
+            fn release<'a>(&'a self, lock_id: &'a LockId)
+                -> BoxFuture<'a, Result<ReleaseOutcome, LockError>> {
+                (**self).release(lock_id)
+            }
+            fn extend<'a>(&'a self, lock_id: &'a LockId, ttl: Duration)
+                -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
+                (**self).extend(lock_id, ttl)
+            }
+            fn is_locked<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
+                (**self).is_locked(key)
+            }
+            fn lookup<'a>(&'a self, query: Lookup<'a>)
+                -> BoxFuture<'a, Result<Option<LockInfo>, LockError>> {
+                (**self).lookup(query)
+            }
+            fn capabilities(&self) -> Capabilities {
+                (**self).capabilities()
+            }
+            fn observer(&self) -> Option<Arc<dyn LockObserver>> {
+                (**self).observer()
+            }
+        }
+    )*};
+}
+
+forward_backend!(Arc<B>, Box<B>, &B);

@@ -1,0 +1,286 @@
+//! The operations (acquire, release, extend, lookups), each planned from its reads and
+//! committed by [`transact`](FirestoreBackend::transact), and the [`LockBackend`]
+//! implementation on top.
+
+use std::hash::{Hash, Hasher};
+use std::time::Duration;
+
+use super::documents::{FenceDocument, Found, LockDocument, Millis, document_ids, parse_fence};
+use super::error::map_error;
+use super::transaction::Write;
+use super::{FirestoreBackend, GATES};
+use crate::backend::{
+    AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, Lease, LockBackend, LockInfo, Lookup,
+    NotHeldReason, ReleaseOutcome, TimeAuthority,
+};
+use crate::key::{hash_key, normalize_key};
+use crate::time::{is_live, now_ms, ttl_millis};
+use crate::{Fence, LockError, LockId};
+
+/// What release and extend found for a lock id.
+enum Resolved {
+    /// Exactly one live document carries the lock id.
+    Held(Found<LockDocument>),
+    /// Why there is nothing to act on.
+    NotHeld(Option<NotHeldReason>),
+}
+
+impl FirestoreBackend {
+    /// Picks the one live document of `lock_id` among `found`, checking ownership (ADR-003)
+    /// and refusing to act on live duplicates.
+    fn resolve(found: Vec<Found<LockDocument>>, lock_id: &LockId, now: u64) -> Resolved {
+        let owned: Vec<_> = found
+            .into_iter()
+            .filter(|found| found.data.lock_id == lock_id.as_str())
+            .collect();
+        if owned.is_empty() {
+            return Resolved::NotHeld(Some(NotHeldReason::NotFound));
+        }
+        let total = owned.len();
+        let mut live: Vec<_> = owned
+            .into_iter()
+            .filter(|found| is_live(found.data.expires_at_ms.0, now))
+            .collect();
+        if total > 1 {
+            tracing::warn!(
+                lock_id_hash = %hash_key(lock_id.as_str()),
+                documents = total,
+                live = live.len(),
+                "syncguard: several Firestore lock documents carry one lock id; acting only if \
+                 exactly one of them is live"
+            );
+        }
+        match live.len() {
+            0 => Resolved::NotHeld(Some(NotHeldReason::Expired)),
+            1 => Resolved::Held(live.pop().expect("one live document")),
+            _ => Resolved::NotHeld(None),
+        }
+    }
+
+    async fn acquire_once(&self, key: &str, ttl: Duration) -> Result<AcquireOutcome, LockError> {
+        let key = normalize_key(key)?.into_owned();
+        let ttl_ms = ttl_millis(ttl)?;
+        let (lock_doc, fence_doc) = document_ids(&key)?;
+        // A plain read first: while the key is held (the common case under contention) the
+        // answer is Contended at once, without waiting for a turn. The read saw a live lock
+        // during this call, which is all Contended claims.
+        let seen = self
+            .read_lock(&self.db, &lock_doc)
+            .await
+            .map_err(map_error)?;
+        if seen.is_some_and(|lock| is_live(lock.expires_at_ms.0, now_ms())) {
+            return Ok(AcquireOutcome::Contended);
+        }
+        let mut hasher = std::hash::DefaultHasher::new();
+        lock_doc.hash(&mut hasher);
+        let gate = &self.gates[(hasher.finish() % GATES as u64) as usize];
+        let _turn = gate.lock().await;
+        let (key, lock_doc, fence_doc) = (&key, &lock_doc, &fence_doc);
+        self.transact(false, |reader| async move {
+            let (current, lock_unchanged) =
+                Self::read::<LockDocument>(&reader, self.config.lock_collection(), lock_doc)
+                    .await?;
+            if current.is_some_and(|lock| is_live(lock.expires_at_ms.0, now_ms())) {
+                return Ok((AcquireOutcome::Contended, Vec::new()));
+            }
+            let (counter, fence_unchanged) =
+                Self::read::<FenceDocument>(&reader, self.config.fence_collection(), fence_doc)
+                    .await?;
+            // The authoritative time of this acquisition, taken after its reads and before the
+            // commit that writes it.
+            let now = now_ms();
+            let previous = match &counter {
+                Some(counter) => parse_fence(&counter.fence)?,
+                None => 0,
+            };
+            let fence = Fence::new(previous.saturating_add(1))?;
+            let fence_text = format!("{:015}", fence.get());
+            let lock_id = LockId::generate();
+            let expires_at_ms = now + ttl_ms;
+            let writes = vec![
+                Write::SetFence(
+                    fence_doc.clone(),
+                    FenceDocument {
+                        fence: fence_text.clone(),
+                        key_debug: Some(key.clone()),
+                    },
+                    fence_unchanged,
+                ),
+                Write::SetLock(
+                    lock_doc.clone(),
+                    LockDocument {
+                        lock_id: lock_id.as_str().to_owned(),
+                        expires_at_ms: Millis(expires_at_ms),
+                        acquired_at_ms: Millis(now),
+                        key: key.clone(),
+                        fence: fence_text,
+                    },
+                    lock_unchanged,
+                ),
+            ];
+            let lease = Lease::new(lock_id, expires_at_ms, fence);
+            Ok((AcquireOutcome::Acquired(lease), writes))
+        })
+        .await
+    }
+
+    async fn release_once(&self, lock_id: &LockId) -> Result<ReleaseOutcome, LockError> {
+        self.transact(true, |reader| async move {
+            let found = self.query_lock_id(&reader, lock_id).await?;
+            let now = now_ms();
+            Ok(match Self::resolve(found, lock_id, now) {
+                Resolved::Held(held) => (
+                    ReleaseOutcome::Released,
+                    vec![Write::DeleteLock(held.id, held.unchanged)],
+                ),
+                Resolved::NotHeld(reason) => (ReleaseOutcome::NotHeld(reason), Vec::new()),
+            })
+        })
+        .await
+    }
+
+    async fn extend_once(
+        &self,
+        lock_id: &LockId,
+        ttl: Duration,
+    ) -> Result<ExtendOutcome, LockError> {
+        let ttl_ms = ttl_millis(ttl)?;
+        self.transact(true, |reader| async move {
+            let found = self.query_lock_id(&reader, lock_id).await?;
+            let now = now_ms();
+            Ok(match Self::resolve(found, lock_id, now) {
+                Resolved::Held(mut held) => {
+                    let expires_at_ms = now + ttl_ms;
+                    held.data.expires_at_ms = Millis(expires_at_ms);
+                    (
+                        ExtendOutcome::Extended { expires_at_ms },
+                        vec![Write::UpdateExpiry(held.id, held.data, held.unchanged)],
+                    )
+                }
+                Resolved::NotHeld(reason) => (ExtendOutcome::NotHeld(reason), Vec::new()),
+            })
+        })
+        .await
+    }
+
+    /// The live lock document on `key`, by direct read.
+    async fn live_by_key(&self, key: &str) -> Result<Option<LockDocument>, LockError> {
+        let key = normalize_key(key)?;
+        let (lock_doc, _) = document_ids(&key)?;
+        let found = self
+            .read_lock(&self.db, &lock_doc)
+            .await
+            .map_err(map_error)?;
+        let now = now_ms();
+        Ok(found.filter(|data| is_live(data.expires_at_ms.0, now)))
+    }
+
+    async fn lookup_once(&self, query: Lookup<'_>) -> Result<Option<LockInfo>, LockError> {
+        let found = match query {
+            Lookup::Key(key) => self.live_by_key(key).await?,
+            Lookup::LockId(lock_id) => {
+                self.transact(true, |reader| async move {
+                    let found = self.query_lock_id(&reader, lock_id).await?;
+                    let now = now_ms();
+                    Ok(match Self::resolve(found, lock_id, now) {
+                        Resolved::Held(held) => (Some(held.data), Vec::new()),
+                        Resolved::NotHeld(_) => (None, Vec::new()),
+                    })
+                })
+                .await?
+            }
+        };
+        found.map(LockDocument::into_info).transpose()
+    }
+}
+
+impl LockBackend for FirestoreBackend {
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
+        Box::pin(self.acquire_once(key, ttl))
+    }
+
+    fn release<'a>(
+        &'a self,
+        lock_id: &'a LockId,
+    ) -> BoxFuture<'a, Result<ReleaseOutcome, LockError>> {
+        Box::pin(self.release_once(lock_id))
+    }
+
+    fn extend<'a>(
+        &'a self,
+        lock_id: &'a LockId,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
+        Box::pin(self.extend_once(lock_id, ttl))
+    }
+
+    fn is_locked<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move { Ok(self.live_by_key(key).await?.is_some()) })
+    }
+
+    fn lookup<'a>(
+        &'a self,
+        query: Lookup<'a>,
+    ) -> BoxFuture<'a, Result<Option<LockInfo>, LockError>> {
+        Box::pin(self.lookup_once(query))
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new("firestore", TimeAuthority::Client)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use firestore::FirestoreWritePrecondition;
+
+    use super::*;
+
+    #[test]
+    fn duplicates_are_never_acted_on_when_live() {
+        let id = LockId::generate();
+        let doc = |expires: u64| LockDocument {
+            lock_id: id.as_str().to_owned(),
+            expires_at_ms: Millis(expires),
+            acquired_at_ms: Millis(0),
+            key: "k".to_owned(),
+            fence: "000000000000001".to_owned(),
+        };
+        let now = 100_000;
+        let found = |id: &str, data| Found {
+            id: id.to_owned(),
+            data,
+            unchanged: FirestoreWritePrecondition::Exists(true),
+        };
+        let two_live = vec![found("a", doc(now + 10)), found("b", doc(now + 10))];
+        assert!(matches!(
+            FirestoreBackend::resolve(two_live, &id, now),
+            Resolved::NotHeld(None)
+        ));
+        let one_live = vec![found("a", doc(1)), found("b", doc(now + 10))];
+        assert!(matches!(
+            FirestoreBackend::resolve(one_live, &id, now),
+            Resolved::Held(ref held) if held.id == "b"
+        ));
+        let expired = vec![found("a", doc(1))];
+        assert!(matches!(
+            FirestoreBackend::resolve(expired, &id, now),
+            Resolved::NotHeld(Some(NotHeldReason::Expired))
+        ));
+        let foreign = vec![found(
+            "a",
+            LockDocument {
+                lock_id: LockId::generate().as_str().to_owned(),
+                ..doc(now + 10)
+            },
+        )];
+        assert!(matches!(
+            FirestoreBackend::resolve(foreign, &id, now),
+            Resolved::NotHeld(Some(NotHeldReason::NotFound))
+        ));
+    }
+}

@@ -1,0 +1,90 @@
+//! Running work under a guard, and the release at the end of it.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tracing::Instrument as _;
+
+use super::LockGuard;
+use crate::{LockError, LostReason, OnLost};
+
+/// How long the release at the end of the work is waited for before it is left to the
+/// background: the caller should learn the outcome of its work promptly even when the
+/// backend is slow or unreachable.
+const FINAL_RELEASE_WAIT: Duration = Duration::from_secs(1);
+
+impl LockGuard {
+    /// Runs `work` under this lock, in the hold's span, and says whether it stayed under the
+    /// lock: what [`with_lock`](crate::with_lock), `#[locked]` and the Tower layer do with
+    /// the work they are given.
+    ///
+    /// With [`OnLost::Cancel`] (the options' default) a loss drops `work` at once and returns
+    /// [`LockError::LockLost`]; with [`OnLost::Notify`] the work runs on (it can watch
+    /// [`lost`](Self::lost)). Either way, work that finishes when the lock is lost (its lease
+    /// ran out while it ran, even unnoticed because its thread was blocked) gets
+    /// `LockLost`, not its output: its side effects were not exclusive throughout, and the
+    /// [fence](Self::fence) is what lets a resource refuse them.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {
+    /// use syncguard::{LockOptions, MemoryBackend};
+    ///
+    /// let backend = MemoryBackend::new();
+    /// let guard = syncguard::acquire(&backend, "export:7", &LockOptions::default()).await?;
+    /// let rows = guard.run(async { 42 }).await?;
+    /// guard.release_logged().await;
+    /// assert_eq!(rows, 42);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`LockError::LockLost`] when the lock was lost before `work` finished.
+    pub async fn run<F: Future>(&self, work: F) -> Result<F::Output, LockError> {
+        let work = work.instrument(self.shared.span.clone());
+        let output = match self.shared.on_lost {
+            OnLost::Notify => work.await,
+            OnLost::Cancel => {
+                tokio::select! {
+                    // A finished work is judged below, by the lease at the moment it finished.
+                    biased;
+                    output = work => output,
+                    reason = self.lost() => return Err(self.lost_error(reason)),
+                }
+            }
+        };
+        match self.lost_reason() {
+            Some(reason) => Err(self.lost_error(reason)),
+            None => Ok(output),
+        }
+    }
+
+    /// Releases the lock at the end of the work, logging failures instead of returning them
+    /// (the work's result matters more, and the lock expires at the end of its ttl anyway).
+    /// The release is waited for up to a second, then left to the background; a lost lock is
+    /// not waited for at all (one the backend disowned needs no release, any other is released
+    /// in the background).
+    pub async fn release_logged(self) {
+        if self.is_lost() {
+            return;
+        }
+        let name = self.name().clone();
+        let fence = self.fence();
+        match tokio::time::timeout(FINAL_RELEASE_WAIT, self.release()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => {
+                tracing::warn!(%error, lock = %name, %fence, "syncguard release failed; the lock will expire at the end of its ttl");
+            }
+            Err(_elapsed) => {
+                tracing::debug!(lock = %name, %fence, "syncguard release still unanswered; it goes on in the background");
+            }
+        }
+    }
+
+    /// The error for work whose lock was lost.
+    pub(crate) fn lost_error(&self, reason: LostReason) -> LockError {
+        LockError::LockLost {
+            lock: self.shared.name.clone(),
+            reason,
+        }
+    }
+}

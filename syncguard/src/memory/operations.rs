@@ -1,0 +1,94 @@
+//! The [`LockBackend`] implementation of the in-process backend: every operation answers at
+//! once, under the backend's mutex, with the local clock as the time authority.
+
+use std::time::Duration;
+
+use super::MemoryBackend;
+use super::entries::Held;
+use crate::backend::{
+    AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockInfo, Lookup,
+    ReleaseOutcome, TimeAuthority,
+};
+use crate::key::normalize_key;
+use crate::time::{now_ms, ttl_millis};
+use crate::{LockError, LockId};
+
+impl MemoryBackend {
+    /// Applies `view` to the live lock the query names, if any.
+    fn find_live<R>(
+        &self,
+        query: Lookup<'_>,
+        view: impl FnOnce(&Held) -> R,
+    ) -> Result<Option<R>, LockError> {
+        let now = now_ms();
+        let state = self.state();
+        let found = match query {
+            Lookup::Key(key) => state.by_key(&normalize_key(key)?),
+            Lookup::LockId(lock_id) => state.by_lock_id(lock_id),
+        };
+        Ok(found.filter(|held| held.is_live(now)).map(view))
+    }
+}
+
+impl LockBackend for MemoryBackend {
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
+        let outcome = normalize_key(key).and_then(|key| {
+            let ttl_ms = ttl_millis(ttl)?;
+            let now = now_ms();
+            self.state().acquire(&key, ttl_ms, now)
+        });
+        Box::pin(async move { outcome })
+    }
+
+    fn release<'a>(
+        &'a self,
+        lock_id: &'a LockId,
+    ) -> BoxFuture<'a, Result<ReleaseOutcome, LockError>> {
+        let now = now_ms();
+        let outcome = self.state().release(lock_id, now);
+        Box::pin(async move { Ok(outcome) })
+    }
+
+    fn extend<'a>(
+        &'a self,
+        lock_id: &'a LockId,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
+        let outcome = ttl_millis(ttl).map(|ttl_ms| {
+            let now = now_ms();
+            self.state().extend(lock_id, ttl_ms, now)
+        });
+        Box::pin(async move { outcome })
+    }
+
+    fn is_locked<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
+        let locked = self
+            .find_live(Lookup::Key(key), |_| ())
+            .map(|found| found.is_some());
+        Box::pin(async move { locked })
+    }
+
+    fn lookup<'a>(
+        &'a self,
+        query: Lookup<'a>,
+    ) -> BoxFuture<'a, Result<Option<LockInfo>, LockError>> {
+        let info = self.find_live(query, |held| {
+            LockInfo::new(
+                held.key.to_owned_string(),
+                held.lock_id.clone(),
+                held.expires_at_ms,
+                held.acquired_at_ms,
+                held.fence,
+            )
+        });
+        Box::pin(async move { info })
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new("memory", TimeAuthority::Client)
+    }
+}

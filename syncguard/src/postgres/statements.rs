@@ -1,0 +1,85 @@
+//! The SQL of every operation, rendered once for the configured table names: the server's
+//! clock in each statement, values always bound.
+
+use std::sync::Arc;
+
+use sqlx::{AssertSqlSafe, SqlStr};
+
+use super::config::{Names, PostgresConfig};
+use crate::LockError;
+
+/// The server's clock in Unix milliseconds, in every statement.
+macro_rules! now_ms {
+    () => {
+        "floor(extract(epoch FROM clock_timestamp()) * 1000)::BIGINT"
+    };
+}
+
+/// The configuration, and the statements rendered from it.
+pub(super) struct Inner {
+    pub(super) config: PostgresConfig,
+    pub(super) acquire: SqlStr,
+    pub(super) release: SqlStr,
+    pub(super) extend: SqlStr,
+    pub(super) is_locked: SqlStr,
+    pub(super) lookup_by_key: SqlStr,
+    pub(super) lookup_by_id: SqlStr,
+    pub(super) cleanup_key: SqlStr,
+    pub(super) sweep: SqlStr,
+}
+
+fn statement(sql: String) -> SqlStr {
+    // Only validated identifiers (PostgresConfig::validate) are interpolated; values are bound.
+    sqlx::SqlSafeStr::into_sql_str(AssertSqlSafe(Arc::<str>::from(sql)))
+}
+
+impl Inner {
+    pub(super) fn new(config: PostgresConfig) -> Result<Self, LockError> {
+        config.validate()?;
+        let Names {
+            locks,
+            acquire: acquire_fn,
+            ..
+        } = Names::new(&config);
+        let now = now_ms!();
+        let lookup = |column: &str| {
+            statement(format!(
+                "SELECT user_key, lock_id, expires_at_ms, acquired_at_ms, fence FROM {locks} \
+                 WHERE {column} = $1 AND expires_at_ms > {now} - $2"
+            ))
+        };
+        Ok(Self {
+            acquire: statement(format!(
+                "SELECT acquired, expires_at_ms, fence FROM {acquire_fn}($1, $2, $3, $4, $5, $6, $7)"
+            )),
+            // Resolve, verify ownership and liveness, and delete in one atomic statement. A
+            // competing writer makes PostgreSQL re-check `lock_id` and expiry on the row's
+            // newest version, so a lock taken over in between is never deleted.
+            release: statement(format!(
+                "WITH target AS (SELECT 1 FROM {locks} WHERE lock_id = $1), \
+                 released AS (DELETE FROM {locks} WHERE lock_id = $1 AND expires_at_ms > {now} - $2 RETURNING 1) \
+                 SELECT EXISTS (SELECT 1 FROM released) AS released, EXISTS (SELECT 1 FROM target) AS found"
+            )),
+            extend: statement(format!(
+                "WITH target AS (SELECT 1 FROM {locks} WHERE lock_id = $1), \
+                 clock AS (SELECT {now} AS ms), \
+                 extended AS (UPDATE {locks} SET expires_at_ms = clock.ms + $2 FROM clock \
+                   WHERE lock_id = $1 AND expires_at_ms > clock.ms - $3 RETURNING expires_at_ms) \
+                 SELECT (SELECT expires_at_ms FROM extended) AS expires_at_ms, EXISTS (SELECT 1 FROM target) AS found"
+            )),
+            is_locked: statement(format!(
+                "SELECT expires_at_ms > {now} - $2 AS live, expires_at_ms < {now} - $3 AS sweepable \
+                 FROM {locks} WHERE key = $1"
+            )),
+            lookup_by_key: lookup("key"),
+            lookup_by_id: lookup("lock_id"),
+            cleanup_key: statement(format!(
+                "DELETE FROM {locks} WHERE key = $1 AND expires_at_ms < {now} - $2"
+            )),
+            sweep: statement(format!(
+                "DELETE FROM {locks} WHERE expires_at_ms < {now} - $1"
+            )),
+            config,
+        })
+    }
+}

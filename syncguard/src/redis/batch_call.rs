@@ -1,0 +1,201 @@
+//! One call of the batch script: the operations it takes, how they are encoded, and how its
+//! reply is split among them. The batch task and the orphan releases both send it.
+
+use ::redis::Value;
+use tokio::sync::oneshot;
+
+use super::connection::{Conn, ConnError, evalsha};
+use super::error::{error_from_reply, unexpected_reply};
+use super::scripts::{self, LuaScript};
+use crate::time::TIME_TOLERANCE_MS;
+use crate::{LockError, LockId};
+
+/// One call, with the keys and arguments the batch script takes for it.
+#[derive(Clone)]
+pub(crate) enum Op {
+    Acquire {
+        lock_key: String,
+        index_key: String,
+        fence_key: String,
+        lock_id: LockId,
+        ttl_ms: u64,
+        key: String,
+    },
+    /// `lock_key` when the caller knows it (it took the lock): the index is not read.
+    Release {
+        lock_key: Option<String>,
+        index_key: String,
+        lock_id: LockId,
+    },
+    Extend {
+        lock_key: Option<String>,
+        index_key: String,
+        lock_id: LockId,
+        ttl_ms: u64,
+    },
+}
+
+impl Op {
+    pub(super) fn keys(&self) -> usize {
+        match self {
+            Op::Acquire { .. } => 3,
+            Op::Release { lock_key, .. } | Op::Extend { lock_key, .. } => {
+                1 + usize::from(lock_key.is_some())
+            }
+        }
+    }
+
+    pub(super) fn args(&self) -> usize {
+        match self {
+            Op::Acquire { .. } => 5,
+            Op::Release { .. } => 2,
+            Op::Extend { .. } => 4,
+        }
+    }
+
+    pub(super) fn bytes(&self) -> usize {
+        match self {
+            Op::Acquire {
+                lock_key,
+                index_key,
+                fence_key,
+                key,
+                ..
+            } => lock_key.len() + index_key.len() + fence_key.len() + key.len() + 64,
+            Op::Release {
+                lock_key,
+                index_key,
+                ..
+            } => lock_key.as_ref().map_or(0, String::len) + index_key.len() + 24,
+            Op::Extend {
+                lock_key,
+                index_key,
+                ..
+            } => lock_key.as_ref().map_or(0, String::len) + index_key.len() + 64,
+        }
+    }
+}
+
+/// What an operation got back: its slot of the batch reply, and the server time of the batch
+/// (an acquire or extend that succeeded expires at `now_ms + ttl`).
+pub(crate) struct Reply {
+    pub(crate) value: Value,
+    pub(crate) now_ms: u64,
+}
+
+pub(super) struct Call {
+    pub(super) op: Op,
+    pub(super) reply: oneshot::Sender<Result<Reply, LockError>>,
+}
+
+/// Why a whole batch failed; each of its callers gets the mapped error.
+pub(super) enum Failure {
+    Conn(ConnError),
+    Reply(Value),
+}
+
+impl Failure {
+    /// Whether the batch may have run: a pooled connection that could not be had sent
+    /// nothing.
+    pub(super) fn may_have_been_applied(&self) -> bool {
+        !matches!(self, Failure::Conn(ConnError::Pool(_)))
+    }
+
+    pub(super) fn to_lock_error(&self) -> LockError {
+        match self {
+            Failure::Conn(error) => error.to_lock_error(),
+            Failure::Reply(reply) => unexpected_reply("batch", reply),
+        }
+    }
+}
+
+pub(super) async fn send(
+    conn: &Conn,
+    index_prefix: &str,
+    calls: &[Call],
+) -> Result<Vec<Result<Reply, LockError>>, Failure> {
+    let lua: &LuaScript = &scripts::BATCH;
+    let keys = calls.iter().map(|c| c.op.keys()).sum();
+    let args = calls.iter().map(|c| c.op.args()).sum::<usize>() + 2;
+    let bytes = calls.iter().map(|c| c.op.bytes()).sum::<usize>() + index_prefix.len();
+    let mut cmd = evalsha(lua, keys, args, bytes);
+    for call in calls {
+        match &call.op {
+            Op::Acquire {
+                lock_key,
+                index_key,
+                fence_key,
+                ..
+            } => {
+                cmd.arg(lock_key.as_str())
+                    .arg(index_key.as_str())
+                    .arg(fence_key.as_str());
+            }
+            Op::Release {
+                lock_key,
+                index_key,
+                ..
+            }
+            | Op::Extend {
+                lock_key,
+                index_key,
+                ..
+            } => {
+                if let Some(lock_key) = lock_key {
+                    cmd.arg(lock_key.as_str());
+                }
+                cmd.arg(index_key.as_str());
+            }
+        }
+    }
+    cmd.arg(TIME_TOLERANCE_MS).arg(index_prefix);
+    for call in calls {
+        match &call.op {
+            Op::Acquire {
+                lock_id,
+                ttl_ms,
+                key,
+                ..
+            } => {
+                cmd.arg("A")
+                    .arg(lock_id.as_str())
+                    .arg(*ttl_ms)
+                    .arg(ttl_ms + TIME_TOLERANCE_MS)
+                    .arg(key.as_str());
+            }
+            Op::Release {
+                lock_key, lock_id, ..
+            } => {
+                cmd.arg(if lock_key.is_some() { "r" } else { "R" })
+                    .arg(lock_id.as_str());
+            }
+            Op::Extend {
+                lock_key,
+                lock_id,
+                ttl_ms,
+                ..
+            } => {
+                cmd.arg(if lock_key.is_some() { "e" } else { "E" })
+                    .arg(lock_id.as_str())
+                    .arg(*ttl_ms)
+                    .arg(ttl_ms + TIME_TOLERANCE_MS);
+            }
+        }
+    }
+    let reply = conn.eval(lua, &cmd).await.map_err(Failure::Conn)?;
+    let Value::Array(mut replies) = reply else {
+        return Err(Failure::Reply(reply));
+    };
+    let now_ms = match replies.first() {
+        Some(Value::Int(now)) if replies.len() == calls.len() + 1 => u64::try_from(*now).ok(),
+        _ => None,
+    };
+    let Some(now_ms) = now_ms else {
+        return Err(Failure::Reply(Value::Array(replies)));
+    };
+    replies.remove(0);
+    Ok(replies
+        .into_iter()
+        .map(|value| error_from_reply(value).map(|value| Reply { value, now_ms }))
+        .collect())
+}

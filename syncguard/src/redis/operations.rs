@@ -1,0 +1,298 @@
+//! The operations: acquire, release and extend through the batcher, `is_locked` and lookup
+//! by their own scripts, and the [`LockBackend`] implementation on top.
+
+use std::time::Duration;
+
+use ::redis::{Cmd, Value};
+use serde::{Deserialize, Deserializer};
+
+use super::RedisBackend;
+use super::batch;
+use super::connection::{ConnError, evalsha};
+use super::error::unexpected_reply;
+use super::scripts::{self, LuaScript};
+use crate::backend::{
+    AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, Lease, LockBackend, LockInfo, Lookup,
+    NotHeldReason, ReleaseOutcome, TimeAuthority,
+};
+use crate::key::normalize_key;
+use crate::time::{TIME_TOLERANCE_MS, is_live, ttl_millis};
+use crate::{Fence, LockError, LockId};
+
+impl RedisBackend {
+    /// Runs one script command, reloading the script once on NOSCRIPT.
+    async fn eval(&self, script: &LuaScript, cmd: &Cmd) -> Result<Value, LockError> {
+        self.inner
+            .conn
+            .eval(script, cmd)
+            .await
+            .map_err(ConnError::into_lock_error)
+    }
+
+    async fn acquire_once(&self, key: &str, ttl: Duration) -> Result<AcquireOutcome, LockError> {
+        let key = normalize_key(key)?;
+        let ttl_ms = ttl_millis(ttl)?;
+        let layout = &self.inner.layout;
+        let lock_key = layout.lock_key(&key)?;
+        let fence_key = layout.fence_key(&lock_key)?;
+        let lock_id = LockId::generate();
+        let index_key = layout.index_key(&lock_id)?;
+
+        let reply = self
+            .inner
+            .batcher
+            .run(batch::Op::Acquire {
+                lock_key: lock_key.clone(),
+                index_key,
+                fence_key,
+                lock_id: lock_id.clone(),
+                ttl_ms,
+                key: key.into_owned(),
+            })
+            .await?;
+        let fence = match &reply.value {
+            Value::Int(0) => return Ok(AcquireOutcome::Contended),
+            Value::BulkString(fence) => fence.as_slice(),
+            _ => return Err(unexpected_reply("acquire", &reply.value)),
+        };
+        let expires_at_ms = reply.now_ms + ttl_ms;
+        let fence = match std::str::from_utf8(fence)
+            .map_err(|_| unexpected_reply("acquire", &reply.value))
+            .and_then(str::parse::<Fence>)
+        {
+            Ok(fence) => fence,
+            Err(error) => {
+                // Past the fence maximum (or garbage): do not leave the lock held for its ttl.
+                let _ = self.release_once(&lock_id).await;
+                return Err(error);
+            }
+        };
+        self.inner.known.insert(lock_id.clone(), lock_key, ttl);
+        Ok(AcquireOutcome::Acquired(Lease::new(
+            lock_id,
+            expires_at_ms,
+            fence,
+        )))
+    }
+
+    async fn release_once(&self, lock_id: &LockId) -> Result<ReleaseOutcome, LockError> {
+        let index_key = self.inner.layout.index_key(lock_id)?;
+        let reply = self
+            .inner
+            .batcher
+            .run(batch::Op::Release {
+                lock_key: self.inner.known.take(lock_id),
+                index_key,
+                lock_id: lock_id.clone(),
+            })
+            .await?
+            .value;
+        match reply {
+            Value::Int(1) => Ok(ReleaseOutcome::Released),
+            Value::Int(code) => match not_held_reason(code) {
+                Some(reason) => Ok(ReleaseOutcome::NotHeld(Some(reason))),
+                None => Err(unexpected_reply("release", &reply)),
+            },
+            _ => Err(unexpected_reply("release", &reply)),
+        }
+    }
+
+    async fn extend_once(
+        &self,
+        lock_id: &LockId,
+        ttl: Duration,
+    ) -> Result<ExtendOutcome, LockError> {
+        let ttl_ms = ttl_millis(ttl)?;
+        let index_key = self.inner.layout.index_key(lock_id)?;
+        let reply = self
+            .inner
+            .batcher
+            .run(batch::Op::Extend {
+                lock_key: self.inner.known.get(lock_id),
+                index_key,
+                lock_id: lock_id.clone(),
+                ttl_ms,
+            })
+            .await?;
+        let outcome = match reply.value {
+            Value::Int(1) => ExtendOutcome::Extended {
+                expires_at_ms: reply.now_ms + ttl_ms,
+            },
+            Value::Int(code) => match not_held_reason(code) {
+                Some(reason) => ExtendOutcome::NotHeld(Some(reason)),
+                None => return Err(unexpected_reply("extend", &reply.value)),
+            },
+            _ => return Err(unexpected_reply("extend", &reply.value)),
+        };
+        let lives_on = matches!(outcome, ExtendOutcome::Extended { .. }).then_some(ttl);
+        self.inner.known.extended(lock_id, lives_on);
+        Ok(outcome)
+    }
+
+    async fn is_locked_once(&self, key: &str) -> Result<bool, LockError> {
+        let key = normalize_key(key)?;
+        let layout = &self.inner.layout;
+        let lock_key = layout.lock_key(&key)?;
+        let mut cmd = evalsha(&scripts::IS_LOCKED, 1, 3, lock_key.len() + 128);
+        cmd.arg(lock_key.as_str())
+            .arg(TIME_TOLERANCE_MS)
+            .arg(self.inner.cleanup_guard_ms)
+            .arg(layout.index_prefix());
+        let reply = self.eval(&scripts::IS_LOCKED, &cmd).await?;
+        match reply {
+            Value::Int(1) => Ok(true),
+            Value::Int(0) => Ok(false),
+            _ => Err(unexpected_reply("is_locked", &reply)),
+        }
+    }
+
+    async fn lookup_once(&self, query: Lookup<'_>) -> Result<Option<LockInfo>, LockError> {
+        let layout = &self.inner.layout;
+        let (script, redis_key, owner): (&LuaScript, String, Option<&LockId>) = match query {
+            Lookup::Key(key) => (
+                &scripts::LOOKUP_KEY,
+                layout.lock_key(&normalize_key(key)?)?,
+                None,
+            ),
+            Lookup::LockId(lock_id) => (
+                &scripts::LOOKUP_ID,
+                layout.index_key(lock_id)?,
+                Some(lock_id),
+            ),
+        };
+        let mut cmd = evalsha(script, 1, 0, redis_key.len() + 64);
+        cmd.arg(redis_key.as_str());
+        let reply = self.eval(script, &cmd).await?;
+        let Value::Array(items) = &reply else {
+            return Err(unexpected_reply("lookup", &reply));
+        };
+        let (now_ms, json) = match items.as_slice() {
+            [] => return Ok(None),
+            [Value::Int(now), Value::BulkString(json)] => (*now, json.as_slice()),
+            _ => return Err(unexpected_reply("lookup", &reply)),
+        };
+        let now_ms = u64::try_from(now_ms).map_err(|_| unexpected_reply("lookup", &reply))?;
+        let stored: StoredLock = serde_json::from_slice(json).map_err(|error| {
+            LockError::invalid_argument(
+                "the data under a lock key is not SyncGuard lock JSON; another program writes \
+                 under this key prefix, use a prefix of your own",
+            )
+            .with_source(error)
+        })?;
+        // ADR-003: the index may be stale; only the lock id stored in the data counts.
+        if owner.is_some_and(|owner| owner.as_str() != stored.lock_id) {
+            return Ok(None);
+        }
+        if !is_live(stored.expires_at_ms, now_ms) {
+            return Ok(None);
+        }
+        let lock_id = match owner {
+            Some(owner) => owner.clone(),
+            None => LockId::parse(&stored.lock_id).map_err(|_| {
+                LockError::invalid_argument(
+                    "the lock data under a lock key has a malformed lockId; another program \
+                     writes under this key prefix, use a prefix of your own",
+                )
+            })?,
+        };
+        let fence: Fence = stored.fence.parse()?;
+        Ok(Some(LockInfo::new(
+            stored.key,
+            lock_id,
+            stored.expires_at_ms,
+            stored.acquired_at_ms,
+            fence,
+        )))
+    }
+}
+
+fn not_held_reason(code: i64) -> Option<NotHeldReason> {
+    match code {
+        0 | -1 => Some(NotHeldReason::NotFound),
+        -2 => Some(NotHeldReason::Expired),
+        _ => None,
+    }
+}
+
+/// The lock data JSON, as the reference writes it.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StoredLock {
+    lock_id: String,
+    #[serde(deserialize_with = "millis")]
+    expires_at_ms: u64,
+    #[serde(deserialize_with = "millis")]
+    acquired_at_ms: u64,
+    key: String,
+    fence: String,
+}
+
+/// A Unix millisecond timestamp: Lua's cjson writes integral numbers, possibly in float form.
+fn millis<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    let number = serde_json::Number::deserialize(deserializer)?;
+    number
+        .as_u64()
+        .or_else(|| {
+            number
+                .as_f64()
+                .filter(|f| f.fract() == 0.0 && (0.0..9.0e15).contains(f))
+                .map(|f| f as u64)
+        })
+        .ok_or_else(|| serde::de::Error::custom("expected a Unix millisecond timestamp"))
+}
+
+impl LockBackend for RedisBackend {
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
+        Box::pin(self.acquire_once(key, ttl))
+    }
+
+    fn release<'a>(
+        &'a self,
+        lock_id: &'a LockId,
+    ) -> BoxFuture<'a, Result<ReleaseOutcome, LockError>> {
+        Box::pin(self.release_once(lock_id))
+    }
+
+    fn extend<'a>(
+        &'a self,
+        lock_id: &'a LockId,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
+        Box::pin(self.extend_once(lock_id, ttl))
+    }
+
+    fn is_locked<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(self.is_locked_once(key))
+    }
+
+    fn lookup<'a>(
+        &'a self,
+        query: Lookup<'a>,
+    ) -> BoxFuture<'a, Result<Option<LockInfo>, LockError>> {
+        Box::pin(self.lookup_once(query))
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new("redis", TimeAuthority::Server)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_lock_parses_cjson_numbers() {
+        let json = br#"{"fence":"000000000000001","key":"a\/b","expiresAtMs":1767225600123,"lockId":"AAAAAAAAAAAAAAAAAAAAAA","acquiredAtMs":1.7672256e+12}"#;
+        let stored: StoredLock = serde_json::from_slice(json).unwrap();
+        assert_eq!(stored.key, "a/b");
+        assert_eq!(stored.expires_at_ms, 1_767_225_600_123);
+        assert_eq!(stored.acquired_at_ms, 1_767_225_600_000);
+        let bad = br#"{"fence":"1","key":"k","expiresAtMs":1.5,"lockId":"x","acquiredAtMs":1}"#;
+        assert!(serde_json::from_slice::<StoredLock>(bad).is_err());
+    }
+}

@@ -1,0 +1,253 @@
+//! The connection in both modes when the server fails or refuses: rejected credentials and
+//! permissions, an unreachable server, a restart (with fences persisted by AOF), a paused
+//! server, and a flushed script cache mid-run.
+
+use std::error::Error as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use syncguard::backend::{Lease, LockBackend};
+use syncguard::redis::{ConnectionMode, RedisBackend, RedisConfig};
+use syncguard::{ErrorCode, get_by_key_raw};
+use tokio::time::{Instant, sleep};
+
+use crate::servers::{RedisServer, free_port};
+use crate::{acquired, both_backends, raw, redis_url, unique};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejected_credentials_and_permissions_are_auth_failed() {
+    let url = redis_url();
+    let mut conn = raw(&url).await;
+    let user = format!("sg-test-{}", std::process::id());
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(&user)
+        .arg("reset")
+        .arg("on")
+        .arg(">secret")
+        .arg("~*")
+        .arg("+@connection")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let with_user =
+        |password: &str| url.replacen("redis://", &format!("redis://{user}:{password}@"), 1);
+
+    for mode in [
+        ConnectionMode::Multiplexed,
+        ConnectionMode::Pool { max_size: 2 },
+    ] {
+        let err = RedisBackend::builder(&with_user("wrong"))
+            .mode(mode)
+            .build()
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), ErrorCode::AuthFailed, "{mode:?}: {err}");
+        assert!(err.source().is_some());
+
+        // Authenticated, but without permission to run scripts.
+        let err = RedisBackend::builder(&with_user("secret"))
+            .mode(mode)
+            .build()
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), ErrorCode::AuthFailed, "{mode:?}: {err}");
+        let source = err.source().unwrap().downcast_ref::<redis::RedisError>();
+        assert_eq!(source.and_then(|e| e.code()), Some("NOPERM"), "{err:?}");
+    }
+    // The same on the hot path (EVALSHA refused), with a connection the caller made.
+    let client = redis::Client::open(with_user("secret")).unwrap();
+    let manager = redis::aio::ConnectionManager::new(client).await.unwrap();
+    let backend = RedisBackend::from_connection_manager(manager, RedisConfig::new()).unwrap();
+    let err = backend
+        .acquire(&unique("noperm"), Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::AuthFailed, "{err}");
+    let _: () = redis::cmd("ACL")
+        .arg("DELUSER")
+        .arg(&user)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_server_is_service_unavailable() {
+    let port = free_port();
+    for mode in [
+        ConnectionMode::Multiplexed,
+        ConnectionMode::Pool { max_size: 2 },
+    ] {
+        let err = RedisBackend::builder(&format!("redis://127.0.0.1:{port}"))
+            .mode(mode)
+            .reconnect_retries(0)
+            .build()
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), ErrorCode::ServiceUnavailable, "{mode:?}: {err}");
+        assert!(err.is_retryable());
+        assert!(err.source().is_some());
+    }
+}
+
+/// Retries `acquire` until the server answers again, checking every failure is a mapped,
+/// retryable connection error.
+async fn acquire_when_back(backend: &RedisBackend, key: &str) -> Lease {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match backend.acquire(key, Duration::from_secs(30)).await {
+            Ok(outcome) => match outcome.lease() {
+                Some(lease) => return lease,
+                None => panic!("{key} contended after restart"),
+            },
+            Err(err) => {
+                assert!(
+                    matches!(
+                        err.code(),
+                        ErrorCode::ServiceUnavailable | ErrorCode::NetworkTimeout
+                    ),
+                    "unexpected error while the server restarts: {err}"
+                );
+                assert!(
+                    Instant::now() < deadline,
+                    "no recovery after restart: {err}"
+                );
+                sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_gives_mapped_errors_then_recovers_and_fences_persist_with_aof() {
+    let mut server = RedisServer::start("everysec").await;
+    let manager = RedisBackend::builder(&server.url())
+        .reconnect_retries(1)
+        .build()
+        .await
+        .unwrap();
+    let pool = RedisBackend::builder(&server.url())
+        .mode(ConnectionMode::Pool { max_size: 4 })
+        .build()
+        .await
+        .unwrap();
+    let backends = [("multiplexed", manager), ("pool", pool)];
+    let key = unique("restart");
+    let mut last = 0;
+    for (_, backend) in &backends {
+        for _ in 0..3 {
+            let lease = acquired(backend, &key, Duration::from_secs(30)).await;
+            assert!(lease.fence.get() > last);
+            last = lease.fence.get();
+            assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+        }
+    }
+    assert_eq!(last, 6);
+
+    server.stop().await;
+    for (mode, backend) in &backends {
+        let err = backend
+            .acquire(&key, Duration::from_secs(30))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), ErrorCode::ServiceUnavailable, "{mode}: {err}");
+        assert!(err.is_retryable());
+        assert!(err.source().is_some(), "{mode}: the redis error is kept");
+        let err = backend.is_locked(&key).await.unwrap_err();
+        assert!(
+            matches!(
+                err.code(),
+                ErrorCode::ServiceUnavailable | ErrorCode::NetworkTimeout
+            ),
+            "{mode}: {err}"
+        );
+    }
+
+    // Same directory, same port: the AOF brings the counters back, the script cache is empty
+    // (the first calls get NOSCRIPT and recover on their own).
+    server.launch().await;
+    for (mode, backend) in &backends {
+        let lease = acquire_when_back(backend, &key).await;
+        assert!(
+            lease.fence.get() > last,
+            "{mode}: fence {} after restart, {last} before",
+            lease.fence
+        );
+        last = lease.fence.get();
+        assert!(backend.is_locked(&key).await.unwrap());
+        assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+    }
+    assert_eq!(last, 8, "fences went on from 6");
+
+    // A server that stops answering (CLIENT PAUSE) gives NetworkTimeout.
+    let slow = RedisBackend::builder(&server.url())
+        .response_timeout(Duration::from_millis(200))
+        .build()
+        .await
+        .unwrap();
+    let mut conn = raw(&server.url()).await;
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1500)
+        .arg("ALL")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let err = slow.is_locked(&key).await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::NetworkTimeout, "{err}");
+    assert!(err.source().is_some());
+    sleep(Duration::from_millis(1600)).await;
+    assert!(
+        !slow.is_locked(&key).await.unwrap(),
+        "recovered after the pause"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn script_flush_mid_run_is_recovered() {
+    let url = redis_url();
+    for backend in both_backends().await {
+        let stop = Instant::now() + Duration::from_secs(2);
+        let cycles = Arc::new(AtomicUsize::new(0));
+        let workers: Vec<_> = (0..16)
+            .map(|worker| {
+                let backend = backend.clone();
+                let cycles = Arc::clone(&cycles);
+                tokio::spawn(async move {
+                    let key = unique(&format!("flush-{worker}"));
+                    while Instant::now() < stop {
+                        let lease = acquired(&backend, &key, Duration::from_secs(10)).await;
+                        assert!(backend.is_locked(&key).await.unwrap());
+                        let extended = backend
+                            .extend(&lease.lock_id, Duration::from_secs(10))
+                            .await
+                            .unwrap();
+                        assert!(extended.expires_at_ms().is_some());
+                        assert!(get_by_key_raw(&backend, &key).await.unwrap().is_some());
+                        assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+                        cycles.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        let mut conn = raw(&url).await;
+        let mut flushes = 0;
+        while Instant::now() < stop {
+            sleep(Duration::from_millis(50)).await;
+            let _: () = redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            flushes += 1;
+        }
+        for worker in workers {
+            worker.await.expect("a worker failed across SCRIPT FLUSH");
+        }
+        assert!(flushes >= 10);
+        assert!(cycles.load(Ordering::Relaxed) > 100, "too few cycles");
+    }
+}

@@ -1,0 +1,78 @@
+//! The Redis backend against a real redis-server, one concern per module: the conformance
+//! suite in both connection modes ([`conformance`]), the storage layout byte for byte and its
+//! compatibility with the reference ([`layout`]), expired lock data ([`expiry`]), batched
+//! script calls ([`batching`]), acquires whose caller gave up ([`orphans`]), connection
+//! failures and recovery in both modes ([`connection`]), and prefixes, reserved keys and bad
+//! stored data ([`input`]).
+//!
+//! Needs `SYNCGUARD_TEST_REDIS_URL` (a server these tests may write to) and
+//! `SYNCGUARD_REDIS_SERVER_BIN` (to start private servers); `bash scripts/test-all.sh` or
+//! `bash scripts/with-services.sh cargo test -p syncguard --features redis,conformance --test redis`
+//! installs redis-server if missing and sets both.
+
+#[path = "../support/servers.rs"]
+mod servers;
+#[path = "../support/urls.rs"]
+mod urls;
+
+mod batching;
+mod conformance;
+mod connection;
+mod expiry;
+mod input;
+mod layout;
+mod orphans;
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use syncguard::LockId;
+use syncguard::backend::{Lease, LockBackend};
+use syncguard::redis::{ConnectionMode, RedisBackend};
+
+pub(crate) use urls::redis_url;
+
+/// The default backend: one multiplexed connection.
+pub(crate) async fn manager_backend() -> RedisBackend {
+    RedisBackend::connect(&redis_url())
+        .await
+        .expect("connect (multiplexed)")
+}
+
+/// A backend on a deadpool-redis pool.
+pub(crate) async fn pool_backend() -> RedisBackend {
+    RedisBackend::builder(&redis_url())
+        .mode(ConnectionMode::Pool { max_size: 16 })
+        .build()
+        .await
+        .expect("connect (pool)")
+}
+
+/// One backend in each connection mode, for the checks that must hold in both.
+pub(crate) async fn both_backends() -> [RedisBackend; 2] {
+    [manager_backend().await, pool_backend().await]
+}
+
+/// A plain connection, to look at what the backend wrote.
+pub(crate) async fn raw(url: &str) -> MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("plain connection")
+}
+
+/// Acquires a key that must be free.
+pub(crate) async fn acquired(backend: &RedisBackend, key: &str, ttl: Duration) -> Lease {
+    match backend.acquire(key, ttl).await {
+        Ok(outcome) => outcome
+            .lease()
+            .unwrap_or_else(|| panic!("expected to acquire {key:?}, it is contended")),
+        Err(error) => panic!("expected to acquire {key:?}, got {error}"),
+    }
+}
+
+/// A key no other test (or run) uses.
+pub(crate) fn unique(label: &str) -> String {
+    format!("redis-test:{label}:{}", LockId::generate())
+}
