@@ -22,6 +22,8 @@ def module_of(src, path):
 
 
 def strip_comments(text):
+    """The code without comments and doc attributes (their links are not imports)."""
+    text = re.sub(r'doc\s*=\s*"(?:[^"\\]|\\.)*"', 'doc = ""', text)
     text = re.sub(r"//[^\n]*", "", text)
     return re.sub(r"/\*.*?\*/", "", text, flags=re.S)
 

@@ -1,14 +1,20 @@
-//! An axum service whose `POST /jobs` is idempotent across replicas: requests with the same
-//! `Idempotency-Key` run one at a time, the others are answered `423 Locked` with
-//! `Retry-After`, and the handler hands the lock's fence to the store it writes to.
+//! An axum service whose `POST /jobs` runs one request at a time per `Idempotency-Key`
+//! across replicas: while a request with a key runs, the others with that key are answered
+//! `423 Locked` with `Retry-After`, and the handler hands the lock's fence to the store it
+//! writes to.
+//!
+//! This is mutual exclusion per key, not idempotency: a request whose key was used by a
+//! request that has completed runs again (the last request below shows it). Replaying the
+//! stored response of a completed request is the application's to build.
 //!
 //! ```sh
-//! cargo run --example axum-jobs                              # in-memory backend
-//! cargo run --example axum-jobs -- postgres://user@host/db   # PostgreSQL (creates its tables)
-//! cargo run --example axum-jobs -- redis://127.0.0.1:6379    # Redis
+//! cargo run -p syncguard-examples --example axum-jobs --features axum-jobs            # in-memory
+//! cargo run -p syncguard-examples --example axum-jobs --features axum-jobs -- postgres://user@host/db
+//! cargo run -p syncguard-examples --example axum-jobs --features axum-jobs -- redis://127.0.0.1:6379
 //! ```
 //!
-//! It serves on a loopback port, sends itself a few requests, prints what came back, and exits.
+//! With a URL it uses PostgreSQL (creating its tables) or Redis. It serves on a loopback port,
+//! sends itself a few requests, prints what came back, and exits.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +30,7 @@ use syncguard::{LockBackend, LockOptions, RetryPolicy};
 use syncguard_tower::{HeldLock, LockLayer, key};
 
 /// Creates the job. Runs under the lock of its Idempotency-Key, kept by the heartbeat for as
-/// long as it takes.
+/// long as it takes; no other request with that key runs meanwhile.
 async fn create_job(lock: HeldLock, body: String) -> String {
     tokio::time::sleep(Duration::from_millis(700)).await; // the work
     format!("created job {body:?} with fence {}", lock.fence())
@@ -93,7 +99,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     a?;
     b?;
     c?;
-    println!("-- once it is done, the key is free again (the fence grew):");
+    println!("-- once it is done, the same key runs again (a lock, not a replay; the fence grew):");
     send("order-17", "invoice 17").await?;
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! A worker instrumented end to end with OpenTelemetry: two workers want the same report, and
 //! the program prints the spans they produced as a tree, then the metrics.
 //!
-//! `cargo run --example otel --features otel`
+//! `cargo run -p syncguard-examples --example otel --features otel`
 //!
 //! Each hold of a lock is a `syncguard.hold` span in the caller's trace, with the heartbeat's
 //! `syncguard.extend` spans and the `syncguard.release` as its children; every acquire attempt

@@ -1,9 +1,10 @@
-//! A tonic service whose `jobs.Jobs/Run` runs each job once at a time across replicas: the
+//! A tonic service whose `jobs.Jobs/Run` runs one call at a time per job across replicas: the
 //! layer locks on the method and the `x-job-id` metadata, and a second call for a running job
-//! gets `ABORTED` with `grpc-retry-pushback-ms`.
+//! gets `ABORTED` with `grpc-retry-pushback-ms`. A call for a job whose earlier call has
+//! completed runs again: the lock is mutual exclusion per key, not a record of completed jobs.
 //!
 //! ```sh
-//! cargo run --example tonic-jobs
+//! cargo run -p syncguard-examples --example tonic-jobs --features tonic-jobs
 //! ```
 //!
 //! The service and its messages are written by hand with `prost` derives (no protoc); with a

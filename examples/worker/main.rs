@@ -3,9 +3,9 @@
 //! at a time across every worker, however many processes share the backend.
 //!
 //! ```sh
-//! cargo run --example worker --features worker                            # in-memory
-//! cargo run --example worker --features worker -- postgres://user@host/db # PostgreSQL
-//! cargo run --example worker --features worker -- redis://127.0.0.1:6379  # Redis
+//! cargo run -p syncguard-examples --example worker --features worker             # in-memory
+//! cargo run -p syncguard-examples --example worker --features worker -- postgres://user@host/db
+//! cargo run -p syncguard-examples --example worker --features worker -- redis://127.0.0.1:6379
 //! ```
 //!
 //! Without a URL the default backend is in memory; PostgreSQL gets its tables created. Start
@@ -56,10 +56,10 @@ async fn handle(id: u64, worker: usize, results: &Mutex<Results>) -> Result<(), 
     let fence = lock.fence();
     let mut results = results.lock().unwrap();
     // The resource checks the fence: a write from an older holder is refused.
-    if let Some((newest, _)) = results.written.get(&id) {
-        if *newest > fence.get() {
-            return Err(JobError::StaleFence { job: id });
-        }
+    if let Some((newest, _)) = results.written.get(&id)
+        && *newest > fence.get()
+    {
+        return Err(JobError::StaleFence { job: id });
     }
     results
         .written

@@ -210,13 +210,13 @@ const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 impl Args {
     /// Checks combinations that parse but make no sense.
     pub(crate) fn check(&self) -> syn::Result<()> {
-        if let Some(ttl) = &self.ttl {
-            if ttl.value < Duration::from_millis(1) || ttl.value > MAX_TTL {
-                return Err(syn::Error::new(
-                    ttl.span,
-                    "`ttl` must be between 1ms and 365 days",
-                ));
-            }
+        if let Some(ttl) = &self.ttl
+            && (ttl.value < Duration::from_millis(1) || ttl.value > MAX_TTL)
+        {
+            return Err(syn::Error::new(
+                ttl.span,
+                "`ttl` must be between 1ms and 365 days",
+            ));
         }
         if let Some(max_hold) = &self.max_hold {
             if max_hold.value < Duration::from_millis(1) {
@@ -232,13 +232,13 @@ impl Args {
                 ));
             }
         }
-        if let Some(Wait::For(wait)) = &self.wait {
-            if wait.value.is_zero() {
-                return Err(syn::Error::new(
-                    wait.span,
-                    "a zero wait is a single attempt: write `wait = false`",
-                ));
-            }
+        if let Some(Wait::For(wait)) = &self.wait
+            && wait.value.is_zero()
+        {
+            return Err(syn::Error::new(
+                wait.span,
+                "a zero wait is a single attempt: write `wait = false`",
+            ));
         }
         if let Some(Wait::Once(_)) = &self.wait {
             let retry_settings = [

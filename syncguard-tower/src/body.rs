@@ -125,12 +125,20 @@ fn lost(guard: &LockGuard, reason: LostReason) -> BoxError {
 /// inner service's body type `B`.
 ///
 /// - [`Wrapped`] (the default): a [`LockBody<B>`] around the inner body. Works with any body.
-/// - `axum::body::Body` (feature `axum`, [`LockLayer::for_axum`](crate::LockLayer::for_axum)):
+/// - `axum::body::Body` (feature `axum`, [`LockLayer::for_axum`][for_axum]):
 ///   axum's own body type. axum boxes every response body that is not already its `Body`, so
 ///   on an axum router this saves a box and a layer of indirection per response; the inner
 ///   body is handed on as it is when it is axum's `Body`.
 ///
 /// Sealed: implemented only by this crate.
+///
+// Linked to docs.rs (built with every feature) when the `axum` feature is off, so that docs
+// built without it have no broken link.
+#[cfg_attr(feature = "axum", doc = "[for_axum]: crate::LockLayer::for_axum")]
+#[cfg_attr(
+    not(feature = "axum"),
+    doc = concat!("[for_axum]: https://docs.rs/syncguard-tower/", env!("CARGO_PKG_VERSION"), "/syncguard_tower/struct.LockLayer.html#method.for_axum")
+)]
 pub trait ResponseBodies<B>: sealed::Sealed {
     /// The body type of the responses.
     type Body;

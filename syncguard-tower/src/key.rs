@@ -9,10 +9,18 @@
 //! | [`header("idempotency-key")`](header) | `idempotency-key:abc` |
 //! | [`method_and_path()`](method_and_path) | `POST /jobs/42` |
 //! | [`path_and_header("x-job-id")`](path_and_header) | `/jobs/42 <value of x-job-id>` (gRPC: method and a metadata field) |
-//! | [`path_param("id")`](path_param) (feature `axum`, route `/jobs/{id}`) | `/jobs/{id}#42` |
+//! | [`path_param("id")`][path_param] (feature `axum`, route `/jobs/{id}`) | `/jobs/{id}#42` |
 //!
 //! Each has `with_prefix` to choose the text before the value. Any closure
 //! `Fn(&http::Request<B>) -> Option<String>` is a key function too.
+//!
+// `path_param` is behind the `axum` feature: linked to docs.rs (built with every feature)
+// when it is off, so that docs built without it have no broken link.
+#![cfg_attr(feature = "axum", doc = "[path_param]: path_param")]
+#![cfg_attr(
+    not(feature = "axum"),
+    doc = concat!("[path_param]: https://docs.rs/syncguard-tower/", env!("CARGO_PKG_VERSION"), "/syncguard_tower/key/fn.path_param.html")
+)]
 
 use std::borrow::Cow;
 
@@ -241,11 +249,25 @@ mod path_param {
     /// Locks on the axum route parameter `name` (`{name}` or `{*name}` in the route); the key
     /// is `"<route>#<value>"`, for example `"/jobs/{id}#42"` (see [`PathParam::with_prefix`]).
     ///
-    /// **Use it with `Router::route_layer`** (or a layer on the `MethodRouter` of the route):
-    /// axum only knows which route matched, and so the parameters, once routing is done. Under
-    /// `Router::layer` the layer runs before routing, finds no route, and lets every request
-    /// through **unlocked** (logging a warning). A route without the parameter also runs
-    /// unlocked.
+    /// The key comes from the route axum matched ([`MatchedPath`]), which axum 0.8 sets when
+    /// it routes a request, before it calls the route; so the layer must be added *to* the
+    /// router, where it wraps each route:
+    ///
+    /// - **`Router::route_layer`** (as below): every request that matches a route is keyed
+    ///   by it; a request that matches none is answered 404 without passing the layer.
+    /// - **`Router::layer`** locks matched requests the same way. It also wraps the router's
+    ///   fallback, so a request that matches no route passes the layer without a route, runs
+    ///   unlocked and is answered 404 (with a warning logged).
+    /// - **Around the whole router** (`LockLayer::layer(router)`, or a `ServiceBuilder` around
+    ///   the router given to `axum::serve`) the layer runs before routing: no request has a
+    ///   route, so **every request runs unlocked**, each with a warning. Key such a layer with
+    ///   [`header`](super::header) or [`method_and_path`](super::method_and_path) instead.
+    ///
+    /// Under both router methods, a request for a matched path with a method the route does
+    /// not serve goes through the lock too (axum wraps the route's 405 answer): while the key
+    /// is held it is answered as contended, not 405. As with any axum layer, only the routes
+    /// added before `layer`/`route_layer` are wrapped. A matched route without the parameter
+    /// `name` runs unlocked.
     ///
     /// ```
     /// use axum::{Router, routing::post};
@@ -282,7 +304,7 @@ mod path_param {
             let Some(matched) = request.extensions().get::<MatchedPath>() else {
                 tracing::warn!(
                     param = %self.name,
-                    "syncguard_tower::key::path_param found no matched route, so the request runs unlocked; add the LockLayer with Router::route_layer, not Router::layer"
+                    "syncguard_tower::key::path_param found no matched route, so the request runs unlocked: it matched no route, or the LockLayer wraps the router from outside (add it with Router::route_layer instead)"
                 );
                 return None;
             };

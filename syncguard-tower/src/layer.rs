@@ -38,12 +38,13 @@ use crate::service::LockService;
 /// | contention | `423 Locked` ([`with_contended_status`](Self::with_contended_status)); gRPC `ABORTED` |
 ///
 /// # Constructors
-/// [`new`](Self::new) for any HTTP service (hyper, tower stacks); [`for_axum`](Self::for_axum)
+/// [`new`](Self::new) for any HTTP service (hyper, tower stacks); [`for_axum`][for_axum]
 /// for axum routers (the same layer, whose responses carry axum's own body type, which axum
-/// takes without boxing it again); [`for_grpc`](Self::for_grpc) for tonic.
+/// takes without boxing it again, feature `axum`); [`for_grpc`][for_grpc] for tonic (feature
+/// `grpc`).
 ///
 /// # Answers
-/// | situation | HTTP ([`new`](Self::new), [`for_axum`](Self::for_axum)) | gRPC ([`for_grpc`](Self::for_grpc)) |
+/// | situation | HTTP ([`new`](Self::new), [`for_axum`][for_axum]) | gRPC ([`for_grpc`][for_grpc]) |
 /// |---|---|---|
 /// | the key is held elsewhere (after waiting, if the options wait) | 423 (or 409), `Retry-After`, `application/problem+json` | `ABORTED`, `grpc-retry-pushback-ms` |
 /// | the backend failed (unreachable, timeout, auth) | 503, `Retry-After: 1` | `UNAVAILABLE` |
@@ -76,7 +77,20 @@ use crate::service::LockService;
 ///
 /// `M` is the body type of the responses (see [`ResponseBodies`](crate::ResponseBodies)): a
 /// [`LockBody`](crate::LockBody) around the inner body by default, or axum's `Body` with
-/// [`for_axum`](LockLayer::for_axum).
+/// [`for_axum`][for_axum].
+///
+// The constructors behind a feature: linked to the item when the feature is on, else to
+// docs.rs (built with every feature), so that docs built without it have no broken links.
+#[cfg_attr(feature = "axum", doc = "[for_axum]: Self::for_axum")]
+#[cfg_attr(
+    not(feature = "axum"),
+    doc = concat!("[for_axum]: https://docs.rs/syncguard-tower/", env!("CARGO_PKG_VERSION"), "/syncguard_tower/struct.LockLayer.html#method.for_axum")
+)]
+#[cfg_attr(feature = "grpc", doc = "[for_grpc]: Self::for_grpc")]
+#[cfg_attr(
+    not(feature = "grpc"),
+    doc = concat!("[for_grpc]: https://docs.rs/syncguard-tower/", env!("CARGO_PKG_VERSION"), "/syncguard_tower/struct.LockLayer.html#method.for_grpc")
+)]
 #[must_use]
 pub struct LockLayer<K, M = Wrapped> {
     make_key: Arc<K>,
@@ -106,8 +120,8 @@ impl<K> LockLayer<K> {
     /// A layer for HTTP services (axum, hyper, tower-http stacks) that locks each request on
     /// the key `make_key` gives, in `backend`.
     ///
-    /// On an axum router, [`for_axum`](LockLayer::for_axum) does the same with less work per
-    /// response.
+    /// On an axum router, [`for_axum`][for_axum] (feature `axum`) does the same with less work
+    /// per response.
     ///
     /// `make_key` is a built-in from [`key`](crate::key) or a closure
     /// `Fn(&http::Request<B>) -> Option<String>` (annotate the argument's type, for example
@@ -120,6 +134,12 @@ impl<K> LockLayer<K> {
     /// let layer = LockLayer::new(MemoryBackend::new(), key::method_and_path());
     /// # let _ = layer;
     /// ```
+    ///
+    #[cfg_attr(feature = "axum", doc = "[for_axum]: LockLayer::for_axum")]
+    #[cfg_attr(
+        not(feature = "axum"),
+        doc = concat!("[for_axum]: https://docs.rs/syncguard-tower/", env!("CARGO_PKG_VERSION"), "/syncguard_tower/struct.LockLayer.html#method.for_axum")
+    )]
     pub fn new<B: LockBackend + 'static>(backend: B, make_key: K) -> Self {
         Self::build(Arc::new(backend), make_key)
     }
@@ -285,7 +305,7 @@ impl<K, M> LockLayer<K, M> {
     }
 
     /// The HTTP status for a key held elsewhere: `423 Locked` by default, or for example
-    /// `409 Conflict`. No effect on a [`for_grpc`](Self::for_grpc) layer.
+    /// `409 Conflict`. No effect on a [`for_grpc`][for_grpc] layer.
     ///
     /// ```
     /// # use syncguard_tower::{LockLayer, key};
@@ -294,6 +314,12 @@ impl<K, M> LockLayer<K, M> {
     ///     .with_contended_status(StatusCode::CONFLICT);
     /// # let _ = layer;
     /// ```
+    ///
+    #[cfg_attr(feature = "grpc", doc = "[for_grpc]: Self::for_grpc")]
+    #[cfg_attr(
+        not(feature = "grpc"),
+        doc = concat!("[for_grpc]: https://docs.rs/syncguard-tower/", env!("CARGO_PKG_VERSION"), "/syncguard_tower/struct.LockLayer.html#method.for_grpc")
+    )]
     pub fn with_contended_status(mut self, status: StatusCode) -> Self {
         self.config_mut().contended_status = status;
         self

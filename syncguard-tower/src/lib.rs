@@ -61,11 +61,43 @@
 //!   fence, outcome), and every warning the layer logs names the lock (`lock = key hash …`,
 //!   with the key itself only under [`show_key`](syncguard::LockOptionsBuilder::show_key)).
 //!
+//! # What this crate re-exports
+//!
+//! The [`syncguard`] types a layer's user names are re-exported here, so that configuring
+//! the layer and reading the lock in a handler need no `use syncguard::...`: the options
+//! ([`LockOptions`], [`LockOptionsBuilder`], [`RetryPolicy`] with its [`Backoff`] and
+//! [`Jitter`], [`OnLost`], [`DEFAULT_TTL`]), what a [`HeldLock`] gives ([`Fence`],
+//! [`LockId`], [`LockName`], [`LockHandle`], [`LostReason`]), the errors ([`LockError`],
+//! [`ErrorCode`]) and the backend trait ([`LockBackend`]). The crate itself is re-exported
+//! as [`syncguard`], for everything else at the version this crate was built
+//! with. The backends (`MemoryBackend`, `PostgresBackend`, `RedisBackend`,
+//! `FirestoreBackend`) are behind `syncguard`'s features: depend on `syncguard` with the
+//! backend's feature (`syncguard = { version = "...", features = ["postgres"] }`) and take it
+//! from there.
+//!
 //! # Features
 //! | feature | default | what |
 //! |---|---|---|
 //! | `axum` | yes | [`LockLayer::for_axum`], [`HeldLock`] as an axum extractor, [`key::path_param`] |
 //! | `grpc` | no | [`LockLayer::for_grpc`]: rejections as `tonic::Status` |
+//!
+// The links to items behind a feature: to the item when the feature is on, else to docs.rs
+// (built with every feature), so that docs built without it have no broken links.
+#![cfg_attr(
+    feature = "axum",
+    doc = "[`LockLayer::for_axum`]: LockLayer::for_axum",
+    doc = "[`key::path_param`]: key::path_param"
+)]
+#![cfg_attr(
+    not(feature = "axum"),
+    doc = concat!("[`LockLayer::for_axum`]: https://docs.rs/syncguard-tower/", env!("CARGO_PKG_VERSION"), "/syncguard_tower/struct.LockLayer.html#method.for_axum"),
+    doc = concat!("[`key::path_param`]: https://docs.rs/syncguard-tower/", env!("CARGO_PKG_VERSION"), "/syncguard_tower/key/fn.path_param.html")
+)]
+#![cfg_attr(feature = "grpc", doc = "[`LockLayer::for_grpc`]: LockLayer::for_grpc")]
+#![cfg_attr(
+    not(feature = "grpc"),
+    doc = concat!("[`LockLayer::for_grpc`]: https://docs.rs/syncguard-tower/", env!("CARGO_PKG_VERSION"), "/syncguard_tower/struct.LockLayer.html#method.for_grpc")
+)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The modules import one way only: `layer` (the `LockLayer` and its settings) → `service`
@@ -90,3 +122,9 @@ pub use future::ResponseFuture;
 pub use key::MakeKey;
 pub use layer::LockLayer;
 pub use service::LockService;
+
+pub use syncguard;
+pub use syncguard::{
+    Backoff, DEFAULT_TTL, ErrorCode, Fence, Jitter, LockBackend, LockError, LockHandle, LockId,
+    LockName, LockOptions, LockOptionsBuilder, LostReason, OnLost, RetryPolicy,
+};

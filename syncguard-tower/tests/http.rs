@@ -753,3 +753,145 @@ async fn release_on_response_frees_the_key_before_the_body_streams() {
     assert_eq!(during, StatusCode::OK);
     assert_eq!(after, StatusCode::OK);
 }
+
+/// `key::path_param` as its docs say axum 0.8 runs it: under `Router::route_layer` and
+/// `Router::layer` a matched request is locked on its route parameter (a 405 for a method the
+/// route does not serve too); a request that matches no route is a plain 404; a layer around
+/// the whole router runs before routing, so every request runs unlocked.
+#[tokio::test]
+async fn path_param_locks_under_route_layer_and_layer_but_not_around_the_router() {
+    use tower::ServiceExt as _;
+
+    fn jobs() -> Router {
+        Router::new().route(
+            "/jobs/{id}",
+            post(|lock: Option<HeldLock>| async move {
+                match lock {
+                    Some(lock) => format!("locked {}", lock.key()),
+                    None => "unlocked".to_owned(),
+                }
+            }),
+        )
+    }
+    async fn call<S>(app: S, method: &str, path: &str) -> (StatusCode, String)
+    where
+        S: tower::Service<Request<Body>, Error = std::convert::Infallible>,
+        S::Response: axum::response::IntoResponse,
+    {
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .body(Body::empty())
+            .unwrap();
+        let response =
+            axum::response::IntoResponse::into_response(app.oneshot(request).await.unwrap());
+        let status = response.status();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    let backend = MemoryBackend::new();
+    let layer = || LockLayer::for_axum(backend.clone(), key::path_param("id"));
+    let routed = [
+        ("route_layer", jobs().route_layer(layer())),
+        ("layer", jobs().layer(layer())),
+    ];
+    for (how, app) in routed {
+        assert_eq!(
+            call(app.clone(), "POST", "/jobs/7").await,
+            (StatusCode::OK, "locked /jobs/{id}#7".to_owned()),
+            "{how}"
+        );
+        assert_eq!(
+            call(app.clone(), "POST", "/nowhere").await.0,
+            StatusCode::NOT_FOUND,
+            "{how}"
+        );
+        assert_eq!(
+            call(app.clone(), "GET", "/jobs/7").await.0,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "{how}"
+        );
+        // While another owner holds the job, both the request and the 405 are refused.
+        let options = LockOptions::builder()
+            .retry(RetryPolicy::single_attempt())
+            .build()
+            .unwrap();
+        let held = syncguard::acquire(&backend, "/jobs/{id}#7", &options)
+            .await
+            .unwrap();
+        assert_eq!(
+            call(app.clone(), "POST", "/jobs/7").await.0,
+            StatusCode::LOCKED,
+            "{how}"
+        );
+        assert_eq!(
+            call(app.clone(), "GET", "/jobs/7").await.0,
+            StatusCode::LOCKED,
+            "{how}"
+        );
+        assert_eq!(
+            call(app, "POST", "/jobs/8").await,
+            (StatusCode::OK, "locked /jobs/{id}#8".to_owned()),
+            "{how}"
+        );
+        held.release().await.unwrap();
+    }
+
+    // Around the whole router, the layer runs before routing: unlocked, even while held.
+    let held = syncguard::acquire(&backend, "/jobs/{id}#7", &LockOptions::default())
+        .await
+        .unwrap();
+    let around = layer().layer(jobs());
+    assert_eq!(
+        call(around, "POST", "/jobs/7").await,
+        (StatusCode::OK, "unlocked".to_owned())
+    );
+    held.release().await.unwrap();
+}
+
+/// What a layer's user configures it with and reads in a handler comes from this crate.
+#[tokio::test]
+async fn the_crate_re_exports_what_a_layer_user_names() {
+    use syncguard_tower::{
+        Backoff, DEFAULT_TTL, ErrorCode, Fence, Jitter, LockError, LockId, LockOptions,
+        LockOptionsBuilder, LostReason, OnLost, RetryPolicy,
+    };
+
+    let builder: LockOptionsBuilder = LockOptions::builder();
+    let options = builder
+        .ttl(DEFAULT_TTL)
+        .retry(
+            RetryPolicy::wait_for(Duration::from_secs(1))
+                .with_backoff(Backoff::Fixed)
+                .with_jitter(Jitter::None),
+        )
+        .on_lost(OnLost::Notify)
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route(
+            "/jobs/{id}",
+            post(|lock: HeldLock| async move {
+                let fence: Fence = lock.fence();
+                let _: &LockId = lock.lock_id();
+                let _: &syncguard_tower::LockName = lock.name();
+                let _: &syncguard_tower::LockHandle = lock.handle();
+                let _: Option<LostReason> = lock.lost_reason();
+                fence.to_string()
+            }),
+        )
+        .route_layer(
+            LockLayer::for_axum(
+                syncguard_tower::syncguard::MemoryBackend::new(),
+                key::path_param("id"),
+            )
+            .with_options(options),
+        );
+    let server = serve(app).await;
+    assert_eq!(server.post("/jobs/1", None).await.body, "000000000000001");
+    let error: LockError = LockError::invalid_argument("x");
+    assert_eq!(error.code(), ErrorCode::InvalidArgument);
+    fn takes_a_backend(_: &impl syncguard_tower::LockBackend) {}
+    takes_a_backend(&MemoryBackend::new());
+}

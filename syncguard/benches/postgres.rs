@@ -1,7 +1,10 @@
 //! PostgreSQL backend benchmark: round trips per operation, then acquire+release cycles/s and
 //! latency at 1, 16 and 64 workers on distinct keys and one hot key, against a raw
-//! two-statement baseline (upsert ... RETURNING, then DELETE) and the reference implementation's
-//! own transactions (its acquire and release, statement by statement) in the same run.
+//! two-statement baseline (upsert ... RETURNING, then DELETE), run both through the pool (as
+//! the backend runs its statements: sqlx pings every connection returned to its pool, so each
+//! statement costs the server two exchanges) and on a dedicated connection per worker (one
+//! exchange), and against the reference implementation's own transactions (its acquire and
+//! release, statement by statement) in the same run.
 //!
 //! Needs a PostgreSQL server; `scripts/with-services.sh` starts one:
 //!
@@ -34,7 +37,8 @@ async fn pool(url: &str, connections: u32) -> PgPool {
     PgPoolOptions::new()
         .max_connections(connections)
         .min_connections(connections)
-        // As PostgresBackend::connect configures it: no ping round trip per checkout.
+        // As PostgresBackend::connect configures it: no ping round trip per checkout. (sqlx
+        // still pings every connection returned to the pool, after the caller has its answer.)
         .test_before_acquire(false)
         .acquire_timeout(Duration::from_secs(60))
         .connect(url)
@@ -99,6 +103,22 @@ async fn main() {
             .await;
             print_row("syncguard acquire+release", workers, keys, &measured);
 
+            // The same two statements as the raw baseline below, each on a connection taken
+            // from the pool and returned to it, as the backend takes them: what the pool's
+            // ping on return costs, apart from the backend's own work.
+            let pooled = pool.clone();
+            let pooled_prefix = format!("rawpool:{run_id}:{hot}");
+            let measured = run(workers, duration, move |worker, _| {
+                let pool = pooled.clone();
+                let key = worker_key(&pooled_prefix, hot, worker);
+                async move {
+                    raw_cycle_pooled(&pool, &key).await;
+                    Cycle::Done
+                }
+            })
+            .await;
+            print_row("raw upsert+delete, pooled", workers, keys, &measured);
+
             // Each raw worker keeps one connection for the whole run: no pool traffic at all,
             // the best a hand-written two-statement cycle can do.
             let mut held = Vec::with_capacity(workers);
@@ -120,7 +140,7 @@ async fn main() {
                 }
             })
             .await;
-            print_row("raw upsert+delete baseline", workers, keys, &measured);
+            print_row("raw upsert+delete, held conn", workers, keys, &measured);
 
             // The reference implementation's transactions, on the same held connections.
             let ref_held = std::sync::Arc::clone(&held_again);
@@ -160,22 +180,39 @@ fn worker_key(prefix: &str, hot: bool, worker: usize) -> String {
     }
 }
 
+const RAW_UPSERT: &str = "INSERT INTO syncguard_bench_raw (key, lock_id, expires_at_ms) \
+     VALUES ($1, $2, floor(extract(epoch FROM clock_timestamp()) * 1000)::BIGINT + 30000) \
+     ON CONFLICT (key) DO UPDATE SET lock_id = EXCLUDED.lock_id, expires_at_ms = EXCLUDED.expires_at_ms \
+     RETURNING expires_at_ms";
+const RAW_DELETE: &str = "DELETE FROM syncguard_bench_raw WHERE key = $1";
+
 async fn raw_cycle(conn: &mut sqlx::PgConnection, key: &str) {
     let lock_id = LockId::generate();
-    let _expires: i64 = sqlx::query_scalar(
-        "INSERT INTO syncguard_bench_raw (key, lock_id, expires_at_ms) \
-         VALUES ($1, $2, floor(extract(epoch FROM clock_timestamp()) * 1000)::BIGINT + 30000) \
-         ON CONFLICT (key) DO UPDATE SET lock_id = EXCLUDED.lock_id, expires_at_ms = EXCLUDED.expires_at_ms \
-         RETURNING expires_at_ms",
-    )
-    .bind(key)
-    .bind(lock_id.as_str())
-    .fetch_one(&mut *conn)
-    .await
-    .expect("raw upsert");
-    sqlx::query("DELETE FROM syncguard_bench_raw WHERE key = $1")
+    let _expires: i64 = sqlx::query_scalar(RAW_UPSERT)
+        .bind(key)
+        .bind(lock_id.as_str())
+        .fetch_one(&mut *conn)
+        .await
+        .expect("raw upsert");
+    sqlx::query(RAW_DELETE)
         .bind(key)
         .execute(&mut *conn)
+        .await
+        .expect("raw delete");
+}
+
+/// [`raw_cycle`] with each statement on a connection checked out of `pool` and returned.
+async fn raw_cycle_pooled(pool: &PgPool, key: &str) {
+    let lock_id = LockId::generate();
+    let _expires: i64 = sqlx::query_scalar(RAW_UPSERT)
+        .bind(key)
+        .bind(lock_id.as_str())
+        .fetch_one(pool)
+        .await
+        .expect("raw upsert");
+    sqlx::query(RAW_DELETE)
+        .bind(key)
+        .execute(pool)
         .await
         .expect("raw delete");
 }
@@ -193,7 +230,7 @@ async fn round_trips(url: &str) {
         )
     );
     let pool = pool(&proxied, 1).await;
-    let backend = PostgresBackend::new(pool, PostgresConfig::new()).unwrap();
+    let backend = PostgresBackend::new(pool.clone(), PostgresConfig::new()).unwrap();
     let key = format!("bench:rtt:{}", LockId::generate());
     const N: u64 = 200;
 
@@ -261,4 +298,23 @@ async fn round_trips(url: &str) {
     }
     let cycle = (counts[0] + counts[5]) as f64 / N as f64;
     println!("| acquire+release cycle | {cycle:.2} |");
+
+    // The raw baseline's two statements through the same pool, for comparison.
+    raw_cycle_pooled(&pool, &key).await;
+    let before = proxy.round_trips();
+    for _ in 0..N {
+        raw_cycle_pooled(&pool, &key).await;
+    }
+    // The last return's ping may still be on its way: wait until the count settles.
+    let mut settled = proxy.round_trips();
+    loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = proxy.round_trips();
+        if now == settled {
+            break;
+        }
+        settled = now;
+    }
+    let raw = (settled - before) as f64 / N as f64;
+    println!("| raw upsert+delete, pooled (for comparison) | {raw:.2} |");
 }

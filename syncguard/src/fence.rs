@@ -20,6 +20,14 @@ pub const FENCE_WARN: u64 = 90_000_000_000_000;
 /// Fences compare numerically, which is the same order as their 15-digit text form (the
 /// format every SyncGuard backend stores and returns), so either can be stored.
 ///
+/// With the `serde` feature, a fence serializes as its 15-digit string in human-readable
+/// formats (JSON, YAML, TOML: `"000000000000042"`, the reference design's form, which sorts
+/// as text the way fences sort as numbers) and as a `u64` in compact ones (bincode, postcard).
+/// Human-readable formats read back either the 15-digit string or a number (`42`, safe in
+/// JavaScript: the maximum is below 2^53). Zero, values above [`FENCE_MAX`], negative or
+/// fractional numbers and strings that are not 15 digits are refused with an error saying
+/// what a fence is.
+///
 /// ```
 /// use syncguard::Fence;
 ///
@@ -95,6 +103,80 @@ impl FromStr for Fence {
     }
 }
 
+#[cfg(feature = "serde")]
+mod serde_impl {
+    use std::fmt;
+
+    use serde::de::{self, Deserialize, Deserializer, Unexpected, Visitor};
+    use serde::ser::{Serialize, Serializer};
+
+    use super::{FENCE_MAX, Fence};
+
+    /// What a fence looks like, for error messages.
+    const EXPECTED: &str =
+        "a fence: a number from 1 to 900000000000000, or its 15-digit zero-padded string";
+
+    impl Serialize for Fence {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            if serializer.is_human_readable() {
+                serializer.collect_str(self)
+            } else {
+                serializer.serialize_u64(self.0)
+            }
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Fence {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            if deserializer.is_human_readable() {
+                deserializer.deserialize_any(FenceVisitor)
+            } else {
+                deserializer.deserialize_u64(FenceVisitor)
+            }
+        }
+    }
+
+    struct FenceVisitor;
+
+    impl<'de> Visitor<'de> for FenceVisitor {
+        type Value = Fence;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(EXPECTED)
+        }
+
+        fn visit_u64<E: de::Error>(self, value: u64) -> Result<Fence, E> {
+            // Not `Fence::new`: a value read back was checked when the backend returned it,
+            // so it is not warned about again.
+            if (1..=FENCE_MAX).contains(&value) {
+                Ok(Fence(value))
+            } else {
+                Err(E::invalid_value(Unexpected::Unsigned(value), &self))
+            }
+        }
+
+        fn visit_i64<E: de::Error>(self, value: i64) -> Result<Fence, E> {
+            match u64::try_from(value) {
+                Ok(value) => self.visit_u64(value),
+                Err(_) => Err(E::invalid_value(Unexpected::Signed(value), &self)),
+            }
+        }
+
+        fn visit_str<E: de::Error>(self, text: &str) -> Result<Fence, E> {
+            let invalid = || E::invalid_value(Unexpected::Str(text), &self);
+            if text.len() != 15 || !text.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(invalid());
+            }
+            let value = text.parse::<u64>().map_err(|_| invalid())?;
+            if (1..=FENCE_MAX).contains(&value) {
+                Ok(Fence(value))
+            } else {
+                Err(invalid())
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,5 +215,94 @@ mod tests {
             assert!(bad.parse::<Fence>().is_err(), "{bad}");
         }
         assert!("900000000000001".parse::<Fence>().is_err());
+    }
+}
+
+#[cfg(all(test, feature = "serde"))]
+mod serde_tests {
+    use super::*;
+
+    #[test]
+    fn json_uses_the_fifteen_digit_string_and_reads_numbers_too() {
+        let fence = Fence::new(42).unwrap();
+        assert_eq!(
+            serde_json::to_string(&fence).unwrap(),
+            r#""000000000000042""#
+        );
+        let back: Fence = serde_json::from_str(r#""000000000000042""#).unwrap();
+        assert_eq!(back, fence);
+        let number: Fence = serde_json::from_str("42").unwrap();
+        assert_eq!(number, fence);
+        let max: Fence = serde_json::from_str("900000000000000").unwrap();
+        assert_eq!(max.get(), FENCE_MAX);
+        let max: Fence = serde_json::from_str(r#""900000000000000""#).unwrap();
+        assert_eq!(max.get(), FENCE_MAX);
+
+        // Inside a struct, as an application would store one.
+        #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+        struct Write {
+            fence: Fence,
+        }
+        let write = Write { fence };
+        let json = serde_json::to_string(&write).unwrap();
+        assert_eq!(json, r#"{"fence":"000000000000042"}"#);
+        assert_eq!(serde_json::from_str::<Write>(&json).unwrap(), write);
+    }
+
+    #[test]
+    fn json_refuses_what_is_not_a_fence() {
+        for bad in [
+            "0",
+            "900000000000001",
+            "18446744073709551615",
+            "-1",
+            "4.2",
+            "true",
+            "null",
+            r#""42""#,
+            r#""000000000000000""#,
+            r#""900000000000001""#,
+            r#""0000000000000042""#,
+            r#""00000000000004a""#,
+            r#""-00000000000042""#,
+        ] {
+            let error = serde_json::from_str::<Fence>(bad).unwrap_err().to_string();
+            assert!(
+                error.contains("a number from 1 to 900000000000000"),
+                "{bad}: {error}"
+            );
+        }
+        let error = serde_json::from_str::<Fence>("900000000000001")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("900000000000001"), "{error}");
+    }
+
+    /// A compact (not human-readable) format, as bincode or postcard are: the fence is a
+    /// `u64` both ways.
+    #[test]
+    fn compact_formats_use_the_number() {
+        use serde::de::value::{Error, U64Deserializer};
+        use serde::de::{Deserialize, Deserializer, IntoDeserializer, Visitor};
+
+        struct Compact(u64);
+        impl<'de> Deserializer<'de> for Compact {
+            type Error = Error;
+            fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+                let plain: U64Deserializer<Error> = self.0.into_deserializer();
+                plain.deserialize_any(visitor)
+            }
+            fn is_human_readable(&self) -> bool {
+                false
+            }
+            serde::forward_to_deserialize_any! {
+                bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+                byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map
+                struct enum identifier ignored_any
+            }
+        }
+        assert_eq!(Fence::deserialize(Compact(7)).unwrap().get(), 7);
+        assert!(Fence::deserialize(Compact(0)).is_err());
+        assert!(Fence::deserialize(Compact(FENCE_MAX + 1)).is_err());
     }
 }

@@ -14,6 +14,9 @@ pub struct LockInfoRaw {
     pub key: String,
     /// The raw lock id.
     pub lock_id: LockId,
+    /// Who took the lock, when it was taken with
+    /// [`LockBackend::acquire_as`](crate::LockBackend::acquire_as).
+    pub holder: Option<String>,
 }
 
 impl From<LockInfo> for LockInfoRaw {
@@ -21,6 +24,7 @@ impl From<LockInfo> for LockInfoRaw {
         Self {
             key: info.key().to_owned(),
             lock_id: info.lock_id().clone(),
+            holder: info.holder().map(str::to_owned),
             info,
         }
     }

@@ -1,6 +1,6 @@
 //! Keys: validation, storage-key derivation and sanitized hashes, byte for byte as the
 //! reference design computes them, so that Rust and TypeScript services address the same
-//! stored locks.
+//! stored locks (within the [Unicode limit](#unicode-the-limit-of-the-compatibility-promise)).
 //!
 //! ```
 //! use syncguard::key::{hash_key, make_fence_key, make_storage_key, normalize_key};
@@ -10,6 +10,42 @@
 //! assert_eq!(storage, "syncguard:job:42");
 //! assert_eq!(make_fence_key("syncguard", &storage, 1000, 26)?, "syncguard:fence:syncguard:job:42");
 //! assert_eq!(hash_key("resource:123"), "e90a28c676a29a3291e2874a");
+//! # Ok::<(), syncguard::LockError>(())
+//! ```
+//!
+//! # Unicode: the limit of the compatibility promise
+//!
+//! Every key is normalized to Unicode NFC before it is stored or hashed ([`normalize_key`]),
+//! as the reference does with JavaScript's `key.normalize("NFC")`, so that `"café"` and
+//! `"cafe\u{301}"` are one lock. Normalization depends on the Unicode version of its tables.
+//! This crate uses those of the `unicode-normalization` crate, version **0.1.26**, which
+//! implements **Unicode 18.0.0**. That version is pinned deliberately: a newer Unicode
+//! version can normalize a key differently (see below), and a dependency update must not
+//! move keys between the replicas of one service built before and after it. A peer service
+//! normalizes with the Unicode version of its runtime: Node.js 20.20, for example, implements
+//! Unicode 17.0 (`process.versions.unicode`).
+//!
+//! - A key made only of code points assigned in both Unicode versions is normalized alike by
+//!   both (Unicode's normalization stability policy): the two services store it under one
+//!   name and exclude each other. ASCII keys are always in NFC, whatever the version.
+//! - A key containing a code point that is unassigned in the Unicode version of one of them
+//!   can be normalized differently, and so **stored under two different names**: the two
+//!   services then do not exclude each other on that key, and count its fences separately.
+//!   For example U+05C8 is a combining mark (canonical combining class 10) in Unicode 18 and
+//!   unassigned in Unicode 17: here `"\u{5B1}\u{5C8}"` becomes `"\u{5C8}\u{5B1}"` (marks are
+//!   put in order of their class), while Node.js 20 leaves it as it is.
+//!
+//! Keys built from identifiers (ASCII, or text in scripts long assigned) are not affected.
+//! Where keys come from user input that may hold new characters, and services in other
+//! languages share the locks, keep keys to code points assigned in the oldest Unicode version
+//! among them, or hash or percent-encode such input into ASCII before it becomes a key.
+//!
+//! ```
+//! use syncguard::key::normalize_key;
+//!
+//! // U+05B1 (class 11) before U+05C8 (class 10 in Unicode 18): reordered here.
+//! assert_eq!(normalize_key("x\u{5B1}\u{5C8}")?, "x\u{5C8}\u{5B1}");
+//! # assert_eq!(unicode_normalization::UNICODE_VERSION, (18, 0, 0), "update the docs above");
 //! # Ok::<(), syncguard::LockError>(())
 //! ```
 

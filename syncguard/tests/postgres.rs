@@ -582,3 +582,632 @@ async fn sweep_and_cleanup_never_touch_live_locks() {
     assert_eq!(backend.sweep_expired().await.unwrap(), 0);
     assert!(!backend.release(&live.lock_id).await.unwrap().is_released());
 }
+
+/// `error`'s message and every source's, as a reporter that walks the chain prints it
+/// (anyhow's `{:#}`, tracing's error display).
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
+}
+
+/// Events of `sqlx::postgres::notice` (server notices, which sqlx logs at INFO) seen on this
+/// thread while the guard lives.
+mod notices {
+    use std::sync::{Arc, Mutex};
+
+    use tracing::field::{Field, Visit};
+    use tracing::{Event, Level, Subscriber};
+    use tracing_subscriber::layer::{Context, Layer, SubscriberExt as _};
+
+    #[derive(Clone, Default)]
+    pub(crate) struct Notices(Arc<Mutex<Vec<(Level, String)>>>);
+
+    impl Notices {
+        pub(crate) fn install() -> (Self, tracing::subscriber::DefaultGuard) {
+            let notices = Self::default();
+            let subscriber = tracing_subscriber::registry().with(notices.clone());
+            (notices, tracing::subscriber::set_default(subscriber))
+        }
+
+        pub(crate) fn seen(&self) -> Vec<(Level, String)> {
+            self.0.lock().unwrap().clone()
+        }
+    }
+
+    struct Message(String);
+
+    impl Visit for Message {
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            if field.name() == "message" {
+                self.0 = format!("{value:?}");
+            }
+        }
+        fn record_str(&mut self, field: &Field, value: &str) {
+            if field.name() == "message" {
+                self.0 = value.to_owned();
+            }
+        }
+    }
+
+    impl<S: Subscriber> Layer<S> for Notices {
+        fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
+            if event
+                .metadata()
+                .target()
+                .starts_with("sqlx::postgres::notice")
+            {
+                let mut message = Message(String::new());
+                event.record(&mut message);
+                self.0
+                    .lock()
+                    .unwrap()
+                    .push((*event.metadata().level(), message.0));
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn setup_schema_is_quiet_when_the_schema_exists() {
+    let (notices, _guard) = notices::Notices::install();
+    let pool = pool(2).await;
+    let config = PostgresConfig::new()
+        .with_schema(unique("quiet"))
+        .with_lock_table(unique("quietl"))
+        .with_fence_table(unique("quietf"));
+    setup_schema(&pool, &config)
+        .await
+        .expect("first setup_schema");
+    // Everything exists now: PostgreSQL would say "relation ... already exists, skipping" for
+    // each CREATE ... IF NOT EXISTS, and sqlx would log each notice at INFO.
+    setup_schema(&pool, &config)
+        .await
+        .expect("second setup_schema");
+    setup_schema(&pool, &config)
+        .await
+        .expect("third setup_schema");
+    assert_eq!(
+        notices.seen(),
+        [],
+        "setup_schema made PostgreSQL send notices"
+    );
+
+    // The quieting is local to setup_schema's transaction: the pooled connections still
+    // report notices to the application.
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE IF NOT EXISTS \"{}\".\"{}\" (key TEXT)",
+        config.schema().unwrap_or("public"),
+        config.lock_table()
+    )))
+    .execute(&pool)
+    .await
+    .unwrap();
+    assert_eq!(notices.seen().len(), 1, "{:?}", notices.seen());
+}
+
+#[tokio::test]
+async fn a_missing_database_is_a_configuration_error() {
+    let mut options = PgConnectOptions::from_str(&postgres_url()).unwrap();
+    let database = unique("no_such_db");
+    options = options.database(&database);
+    let check = |error: syncguard::LockError, how: &str| {
+        assert_eq!(error.code(), ErrorCode::InvalidArgument, "{how}: {error}");
+        assert!(!error.is_retryable(), "{how}");
+        let message = error.to_string();
+        assert!(
+            message.contains(&database) && message.contains("CREATE DATABASE"),
+            "{how}: the message should name the database and say to create it: {message}"
+        );
+        assert!(message.contains("URL"), "{how}: {message}");
+        // The server's own words are kept, once, in the source.
+        let chain = chain(&error);
+        assert_eq!(chain.matches("does not exist").count(), 1, "{how}: {chain}");
+    };
+
+    let base = postgres_url();
+    let (server, _) = base.rsplit_once('/').unwrap();
+    let url = format!("{server}/{database}");
+    let error = PostgresBackend::connect(&url).await.unwrap_err();
+    check(error, "PostgresBackend::connect");
+
+    let lazy = PostgresBackend::pool_options().connect_lazy_with(options.clone());
+    let backend = PostgresBackend::new(lazy.clone(), PostgresConfig::new()).unwrap();
+    check(backend.is_locked("x").await.unwrap_err(), "is_locked");
+    check(
+        setup_schema(&lazy, &PostgresConfig::new())
+            .await
+            .unwrap_err(),
+        "setup_schema",
+    );
+}
+
+#[tokio::test]
+async fn a_refused_connection_prints_the_driver_error_once() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
+    let once = |error: syncguard::LockError, how: &str| {
+        assert_eq!(
+            error.code(),
+            ErrorCode::ServiceUnavailable,
+            "{how}: {error}"
+        );
+        let chain = chain(&error);
+        // The driver's text ("Connection refused (os error 111)" on Linux) appears once.
+        assert_eq!(chain.matches("os error").count(), 1, "{how}: {chain}");
+        assert!(
+            !error.to_string().contains("os error"),
+            "{how}: the message should say it in our words: {error}"
+        );
+    };
+    once(
+        PostgresBackend::connect(&url).await.unwrap_err(),
+        "PostgresBackend::connect",
+    );
+    let lazy = PostgresBackend::pool_options().connect_lazy(&url).unwrap();
+    let backend = PostgresBackend::new(lazy, PostgresConfig::new()).unwrap();
+    once(backend.is_locked("x").await.unwrap_err(), "is_locked");
+}
+
+#[tokio::test]
+async fn a_malformed_url_prints_the_driver_error_once() {
+    let error = PostgresBackend::connect("postgres://app@db/app?sslmode=sometimes")
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
+    // The innermost error of the chain, the driver's own words, appears once.
+    let mut innermost = std::error::Error::source(&error).expect("the driver error is kept");
+    while let Some(cause) = innermost.source() {
+        innermost = cause;
+    }
+    let driver = innermost.to_string();
+    let chain = chain(&error);
+    assert_eq!(chain.matches(&driver).count(), 1, "{chain}");
+}
+
+// Holders (`acquire_as`, `extend_by`) on PostgreSQL: the schema upgrade, the reference's
+// writes, round trips, and many holders on one key. (The conformance suite checks the
+// contract itself.)
+
+/// The lock table as the TypeScript reference (and syncguard before holders) creates it, with
+/// a live lock of such a client in it; then `setup_schema` adds the column, and the old lock
+/// reads as one without holder. Once the column is there, `setup_schema` no longer locks the
+/// table: it finishes while a reader holds the table.
+#[tokio::test]
+async fn setup_schema_adds_the_holder_column_to_an_older_table() {
+    let schema = unique("older");
+    let config = PostgresConfig::new().with_schema(&schema);
+    let pool = pool(4).await;
+    let key = conformance::unique_key("older");
+    let old_lock = LockId::generate();
+    let mut tx = pool.begin().await.unwrap();
+    // As setup_schema does, so that the table count of another test stays undisturbed.
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('syncguard:setup_schema'))")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE SCHEMA \"{schema}\"; \
+         CREATE TABLE \"{schema}\".syncguard_locks (key TEXT PRIMARY KEY, lock_id TEXT NOT NULL, \
+           expires_at_ms BIGINT NOT NULL, acquired_at_ms BIGINT NOT NULL, fence TEXT NOT NULL, \
+           user_key TEXT NOT NULL); \
+         CREATE UNIQUE INDEX idx_syncguard_locks_lock_id ON \"{schema}\".syncguard_locks (lock_id); \
+         CREATE INDEX idx_syncguard_locks_expires ON \"{schema}\".syncguard_locks (expires_at_ms); \
+         CREATE TABLE \"{schema}\".syncguard_fence_counters (fence_key TEXT PRIMARY KEY, \
+           fence BIGINT NOT NULL DEFAULT 0, key_debug TEXT);"
+    )))
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO \"{schema}\".syncguard_locks \
+         (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key) \
+         SELECT $1, $2, now_ms + 60000, now_ms, '000000000000007', $1 \
+         FROM (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::BIGINT AS now_ms) AS clock"
+    )))
+    .bind(make_storage_key("", &key, 1700, 0).unwrap())
+    .bind(old_lock.as_str())
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO \"{schema}\".syncguard_fence_counters (fence_key, fence, key_debug) \
+         VALUES ($1, 7, $2)"
+    )))
+    .bind(make_fence_key("", &make_storage_key("", &key, 1700, 0).unwrap(), 1700, 0).unwrap())
+    .bind(&key)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+
+    setup_schema(&pool, &config)
+        .await
+        .expect("setup_schema upgrades");
+    let column: (String, String) = sqlx::query_as(
+        "SELECT data_type::text, is_nullable::text FROM information_schema.columns \
+         WHERE table_schema = $1 AND table_name = 'syncguard_locks' AND column_name = 'holder'",
+    )
+    .bind(&schema)
+    .fetch_one(&pool)
+    .await
+    .expect("the holder column was added");
+    assert_eq!(column, ("text".to_owned(), "YES".to_owned()));
+
+    let backend = PostgresBackend::new(pool.clone(), config.clone()).unwrap();
+    let old = syncguard::get_by_key_raw(&backend, &key)
+        .await
+        .unwrap()
+        .expect("the old lock is live");
+    assert_eq!(old.lock_id, old_lock);
+    assert_eq!(old.holder, None, "an old row has no holder");
+    assert_eq!(old.info.fence.get(), 7);
+    let refused = backend
+        .acquire_as(&key, Duration::from_secs(30), "client-a")
+        .await
+        .unwrap();
+    assert!(
+        refused.is_contended(),
+        "a lock without holder is not re-entered"
+    );
+    assert!(backend.release(&old_lock).await.unwrap().is_released());
+    let lease = backend
+        .acquire_as(&key, Duration::from_secs(30), "client-a")
+        .await
+        .unwrap()
+        .lease()
+        .expect("free after the release");
+    assert_eq!(lease.fence.get(), 8, "the old counter goes on");
+    let raw = syncguard::get_by_id_raw(&backend, &lease.lock_id)
+        .await
+        .unwrap()
+        .expect("held");
+    assert_eq!(raw.holder.as_deref(), Some("client-a"));
+
+    // A reader of the table in an open transaction: an ALTER TABLE would wait for it.
+    let mut reader = PgConnection::connect(&postgres_url()).await.unwrap();
+    let mut reading = reader.begin().await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FROM \"{schema}\".syncguard_locks"
+    )))
+    .execute(&mut *reading)
+    .await
+    .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), setup_schema(&pool, &config))
+        .await
+        .expect("setup_schema of an up-to-date table does not wait for its readers")
+        .unwrap();
+    reading.rollback().await.unwrap();
+    assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+}
+
+/// The reference's acquire over an expired lock of a holder (an upsert that never names the
+/// holder column) leaves a lock without holder: the old holder cannot re-enter it.
+#[tokio::test]
+async fn a_reference_acquire_over_an_expired_holder_lock_clears_the_holder() {
+    let backend = backend().await;
+    let key = conformance::unique_key("ref-over-holder");
+    let short = backend
+        .acquire_as(&key, Duration::from_millis(50), "client-a")
+        .await
+        .unwrap()
+        .lease()
+        .unwrap();
+    // Past the ttl and the reference's 1 s tolerance.
+    tokio::time::sleep(Duration::from_millis(50 + 1000 + 300)).await;
+    let mut conn = PgConnection::connect(&postgres_url()).await.unwrap();
+    let (fence, reference_lock) = pg_reference::reference_acquire_with_id(&mut conn, &key, 30_000)
+        .await
+        .expect("the expired lock is free for the reference");
+    assert_eq!(fence, short.fence.get() + 1);
+    let raw = syncguard::get_by_key_raw(&backend, &key)
+        .await
+        .unwrap()
+        .expect("held by the reference client");
+    assert_eq!(raw.lock_id.as_str(), reference_lock);
+    assert_eq!(
+        raw.holder, None,
+        "the expired lock's holder is not carried over"
+    );
+    let refused = backend
+        .acquire_as(&key, Duration::from_secs(30), "client-a")
+        .await
+        .unwrap();
+    assert!(refused.is_contended(), "client-a never took this lock");
+    let stored: Option<String> =
+        sqlx::query_scalar("SELECT holder FROM syncguard_locks WHERE key = $1")
+            .bind(make_storage_key("", &key, 1700, 0).unwrap())
+            .fetch_one(backend.pool())
+            .await
+            .unwrap();
+    assert_eq!(stored, None);
+    assert!(pg_reference::reference_release(&mut conn, &reference_lock).await);
+
+    // Our own acquire over an expired lock of the same holder keeps the new holder.
+    let short = backend
+        .acquire_as(&key, Duration::from_millis(50), "client-a")
+        .await
+        .unwrap()
+        .lease()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50 + 1000 + 300)).await;
+    let next = backend
+        .acquire_as(&key, Duration::from_secs(30), "client-a")
+        .await
+        .unwrap()
+        .lease()
+        .expect("expired: taken anew");
+    assert_ne!(next.lock_id, short.lock_id, "a new lock, not a re-entry");
+    assert!(next.fence > short.fence);
+    let raw = syncguard::get_by_key_raw(&backend, &key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(raw.holder.as_deref(), Some("client-a"));
+    assert!(backend.release(&next.lock_id).await.unwrap().is_released());
+}
+
+#[path = "../benches/support/mod.rs"]
+mod bench_support;
+
+/// `acquire_as` (taking a free key, and re-entering) costs the round trips of `acquire`, and
+/// `extend_by` those of `extend`: one statement each.
+#[tokio::test]
+async fn holder_operations_cost_the_round_trips_of_the_plain_ones() {
+    backend().await; // the schema
+    let url = postgres_url();
+    let upstream = bench_support::socket_addr_of(&url);
+    let proxy = bench_support::RoundTripProxy::start(upstream).await;
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let proxied = format!(
+        "{}{separator}sslmode=disable",
+        url.replacen(&upstream.to_string(), &proxy.addr.to_string(), 1)
+    );
+    let pool = PostgresBackend::pool_options()
+        .max_connections(1)
+        .connect(&proxied)
+        .await
+        .unwrap();
+    let backend = PostgresBackend::new(pool, PostgresConfig::new()).unwrap();
+    let ttl = Duration::from_secs(30);
+    // Round trips of one operation, counted once the connection is back in the pool (sqlx
+    // pings a connection given back to the pool: that is counted with the operation).
+    async fn counted<T>(
+        proxy: &bench_support::RoundTripProxy,
+        operation: impl std::future::Future<Output = T>,
+    ) -> (T, u64) {
+        let before = proxy.round_trips();
+        let value = operation.await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        (value, proxy.round_trips() - before)
+    }
+    let key = conformance::unique_key("rtt");
+    let mut counts = std::collections::BTreeMap::<&str, Vec<u64>>::new();
+    // The first round prepares the statements on the connection; the others are counted.
+    for round in 0..4 {
+        let (plain, acquire) = counted(&proxy, backend.acquire(&key, ttl)).await;
+        let plain = plain.unwrap().lease().unwrap();
+        let (extended, extend) = counted(&proxy, backend.extend(&plain.lock_id, ttl)).await;
+        assert!(extended.unwrap().expires_at_ms().is_some());
+        let (released, release) = counted(&proxy, backend.release(&plain.lock_id)).await;
+        assert!(released.unwrap().is_released());
+        let (taken, acquire_as) = counted(&proxy, backend.acquire_as(&key, ttl, "client-a")).await;
+        let taken = taken.unwrap().lease().unwrap();
+        let (again, reentry) = counted(&proxy, backend.acquire_as(&key, ttl, "client-a")).await;
+        assert_eq!(again.unwrap().lease().unwrap().lock_id, taken.lock_id);
+        let (extended, extend_by) = counted(&proxy, backend.extend_by(&taken.lock_id, ttl)).await;
+        assert!(extended.unwrap().expires_at_ms().is_some());
+        let (released, _) = counted(&proxy, backend.release(&taken.lock_id)).await;
+        assert!(released.unwrap().is_released());
+        if round > 0 {
+            for (name, count) in [
+                ("acquire", acquire),
+                ("extend", extend),
+                ("release", release),
+                ("acquire_as", acquire_as),
+                ("acquire_as re-entering", reentry),
+                ("extend_by", extend_by),
+            ] {
+                counts.entry(name).or_default().push(count);
+            }
+        }
+    }
+    println!("round trips per operation: {counts:?}");
+    assert_eq!(counts["acquire_as"], counts["acquire"], "{counts:?}");
+    assert_eq!(
+        counts["acquire_as re-entering"], counts["acquire"],
+        "{counts:?}"
+    );
+    assert_eq!(counts["extend_by"], counts["extend"], "{counts:?}");
+    assert_eq!(
+        counts["acquire"], counts["release"],
+        "one statement, as release: {counts:?}"
+    );
+}
+
+/// 4 holders × 8 tasks on one key for 3 s: tasks of one holder share its lock (re-entry keeps
+/// the lock id and fence), and never do two holders hold it at once; fresh locks get
+/// increasing fences. A holder's lock is released by the last of its tasks to leave, while none
+/// of its tasks is acquiring (so that no task is told it re-entered a lock being released);
+/// each task holds for 2 ms and then stays out for 30 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_holders_of_eight_tasks_never_hold_one_key_together() {
+    use syncguard::Fence;
+    use syncguard::backend::Lease;
+    use tokio::sync::RwLock;
+
+    #[derive(Default)]
+    struct Holder {
+        /// Its tasks inside, and the lock they share.
+        inside: std::sync::Mutex<(usize, Option<Lease>)>,
+        /// Read by acquiring tasks, written by the task releasing.
+        gate: RwLock<()>,
+    }
+    #[derive(Default)]
+    struct Shared {
+        /// Which holder is inside, and the last fresh fence.
+        current: std::sync::Mutex<(Option<usize>, Option<Fence>)>,
+        overlaps: AtomicUsize,
+        fresh: AtomicUsize,
+        reentries: AtomicUsize,
+    }
+
+    let backend = backend().await;
+    let key = conformance::unique_key("holders-race");
+    let holders: Arc<Vec<Holder>> = Arc::new((0..4).map(|_| Holder::default()).collect());
+    let shared = Arc::new(Shared::default());
+    let end = tokio::time::Instant::now() + Duration::from_secs(3);
+    let mut tasks = Vec::new();
+    for h in 0..4 {
+        for _ in 0..8 {
+            let (backend, key) = (backend.clone(), key.clone());
+            let (holders, shared) = (holders.clone(), shared.clone());
+            tasks.push(tokio::spawn(async move {
+                let me = &holders[h];
+                let name = format!("client-{h}");
+                while tokio::time::Instant::now() < end {
+                    let lease = {
+                        let acquiring = me.gate.read().await;
+                        let outcome = backend
+                            .acquire_as(&key, Duration::from_secs(30), &name)
+                            .await
+                            .unwrap();
+                        let Some(lease) = outcome.lease() else {
+                            drop(acquiring);
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                            continue;
+                        };
+                        let mut inside = me.inside.lock().unwrap();
+                        let mut current = shared.current.lock().unwrap();
+                        if current.0.is_some_and(|other| other != h) {
+                            shared.overlaps.fetch_add(1, Ordering::SeqCst);
+                        }
+                        current.0 = Some(h);
+                        match &inside.1 {
+                            Some(shared_lease) => {
+                                assert_eq!(lease.lock_id, shared_lease.lock_id, "re-entered");
+                                assert_eq!(lease.fence, shared_lease.fence, "re-entered");
+                                shared.reentries.fetch_add(1, Ordering::SeqCst);
+                            }
+                            None => {
+                                assert!(
+                                    current.1.is_none_or(|last| lease.fence > last),
+                                    "fences increase"
+                                );
+                                current.1 = Some(lease.fence);
+                                inside.1 = Some(lease.clone());
+                                shared.fresh.fetch_add(1, Ordering::SeqCst);
+                            }
+                        }
+                        inside.0 += 1;
+                        drop((current, inside, acquiring));
+                        lease
+                    };
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    let releasing = me.gate.write().await;
+                    let last = {
+                        let mut inside = me.inside.lock().unwrap();
+                        inside.0 -= 1;
+                        if inside.0 == 0 {
+                            inside.1 = None;
+                            shared.current.lock().unwrap().0 = None;
+                        }
+                        inside.0 == 0
+                    };
+                    if last {
+                        let released = backend.release(&lease.lock_id).await.unwrap();
+                        assert!(released.is_released(), "its live lock: {released:?}");
+                    }
+                    drop(releasing);
+                    // Out for a while, so that the holder's tasks all leave now and then and
+                    // its lock goes to the next holder.
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let (fresh, reentries) = (
+        shared.fresh.load(Ordering::SeqCst),
+        shared.reentries.load(Ordering::SeqCst),
+    );
+    println!("{fresh} locks taken, {reentries} re-entries");
+    assert_eq!(
+        shared.overlaps.load(Ordering::SeqCst),
+        0,
+        "two holders at once"
+    );
+    assert!(fresh >= 8, "only {fresh} locks taken");
+    assert!(reentries >= 8, "only {reentries} re-entries");
+    assert!(
+        !backend.is_locked(&key).await.unwrap(),
+        "every lock released"
+    );
+}
+
+/// An `acquire_as` that times out while its statement waits on the key still takes the lock
+/// when the statement lands; its holder's next `acquire_as` re-enters that lock and is told it
+/// holds it. Nothing releases it in the background (as it would a plain acquire in doubt):
+/// the holder keeps it.
+#[tokio::test]
+async fn a_lost_acquire_as_is_left_to_its_holder() {
+    let operation_timeout = Duration::from_millis(300);
+    let backend =
+        backend_with(PostgresConfig::new().with_operation_timeout(operation_timeout)).await;
+    let key = conformance::unique_key("lost-acquire-as");
+    let storage_key = make_storage_key("", &key, 1700, 0).unwrap();
+    let mut blocker = PgConnection::connect(&postgres_url()).await.unwrap();
+    let mut tx = blocker.begin().await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+        .bind(&storage_key)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let error = backend
+        .acquire_as(&key, Duration::from_secs(30), "client-a")
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), ErrorCode::NetworkTimeout, "{error}");
+    tx.rollback().await.unwrap();
+
+    // The lost statement lands and takes the lock.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let landed = loop {
+        if let Some(raw) = syncguard::get_by_key_raw(&backend, &key).await.unwrap() {
+            break raw;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the lost statement never landed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(landed.holder.as_deref(), Some("client-a"));
+    let lease = backend
+        .acquire_as(&key, Duration::from_secs(30), "client-a")
+        .await
+        .unwrap()
+        .lease()
+        .expect("re-entered");
+    assert_eq!(lease.lock_id, landed.lock_id);
+
+    // Longer than a plain acquire's background releases take (three, `2 × operation timeout`
+    // apart).
+    tokio::time::sleep(operation_timeout * 2 * 3 + Duration::from_millis(500)).await;
+    let raw = syncguard::get_by_key_raw(&backend, &key)
+        .await
+        .unwrap()
+        .expect("still held by its holder");
+    assert_eq!(raw.lock_id, lease.lock_id);
+    assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+}

@@ -22,9 +22,11 @@ pub struct LockInfo {
     pub acquired_at_ms: u64,
     /// The fencing token of the acquisition.
     pub fence: Fence,
-    // Kept for the explicit raw helpers only; never printed.
+    // Kept for the explicit raw helpers only; never printed (a holder may carry a client's
+    // secret).
     key: String,
     lock_id: LockId,
+    holder: Option<String>,
 }
 
 impl LockInfo {
@@ -36,6 +38,19 @@ impl LockInfo {
     /// The raw lock id, for [`LockInfoRaw`](crate::LockInfoRaw) only.
     pub(crate) fn lock_id(&self) -> &LockId {
         &self.lock_id
+    }
+
+    /// The holder, for [`LockInfoRaw`](crate::LockInfoRaw) only.
+    pub(crate) fn holder(&self) -> Option<&str> {
+        self.holder.as_deref()
+    }
+
+    /// The same lock, taken by `holder` ([`LockBackend::acquire_as`](super::LockBackend::acquire_as));
+    /// a backend that stores holders calls this in `lookup`.
+    #[must_use]
+    pub fn with_holder(mut self, holder: Option<String>) -> Self {
+        self.holder = holder;
+        self
     }
 
     /// Builds the sanitized view of a stored lock (a backend calls this in `lookup`).
@@ -54,6 +69,7 @@ impl LockInfo {
             fence,
             key,
             lock_id,
+            holder: None,
         }
     }
 }

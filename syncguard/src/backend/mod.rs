@@ -6,6 +6,7 @@
 //! for writing a backend (run the conformance suite, `syncguard::conformance`, against it),
 //! a decorator (as the telemetry ones), or an observer ([`LockObserver`]).
 
+mod holder;
 mod info;
 mod observer;
 mod outcome;
@@ -17,6 +18,7 @@ use std::time::Duration;
 
 use crate::{LockError, LockId};
 
+pub use holder::{MAX_HOLDER_LEN, check_holder};
 pub use info::LockInfo;
 pub use observer::LockObserver;
 pub use outcome::{
@@ -98,6 +100,43 @@ pub trait LockBackend: Send + Sync {
     /// What this backend is and guarantees.
     fn capabilities(&self) -> Capabilities;
 
+    /// [`acquire`](Self::acquire) on behalf of `holder`, an identity the caller chooses
+    /// (checked by [`check_holder`]), stored with the lock and shown by
+    /// [`lookup`](Self::lookup) (in [`LockInfoRaw::holder`](crate::LockInfoRaw::holder)).
+    ///
+    /// Re-entrant by holder: when a live lock on `key` was taken by the same `holder`, it is
+    /// taken again, keeping its lock id and fence, with a fresh lease (it expires at
+    /// *now + `ttl`* and counts as acquired now). A live lock of another holder, or one taken
+    /// without a holder, is [`AcquireOutcome::Contended`].
+    ///
+    /// For services that lock on behalf of clients identified by something other than a lock
+    /// id (such as `syncguard-server`). Only backends whose
+    /// [`capabilities`](Self::capabilities) say `holders` implement it; the others return
+    /// [`LockError::InvalidArgument`].
+    fn acquire_as<'a>(
+        &'a self,
+        key: &'a str,
+        ttl: Duration,
+        holder: &'a str,
+    ) -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
+        let _ = (key, ttl, holder);
+        let error = holder::unsupported(self.capabilities().backend, "acquire_as");
+        Box::pin(async move { Err(error) })
+    }
+
+    /// Adds `by` to the expiry of the live lock held by `lock_id` (to its current expiry, not
+    /// to now; `by` is checked as a ttl is) and returns the new authoritative expiry. An
+    /// expired lock is never revived. Implemented with [`acquire_as`](Self::acquire_as).
+    fn extend_by<'a>(
+        &'a self,
+        lock_id: &'a LockId,
+        by: Duration,
+    ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
+        let _ = (lock_id, by);
+        let error = holder::unsupported(self.capabilities().backend, "extend_by");
+        Box::pin(async move { Err(error) })
+    }
+
     /// Instrumentation that wants the events of acquiring and holding locks through this
     /// backend (waits, heartbeats, hold times, losses). `None` by default; the telemetry
     /// decorators return theirs.
@@ -133,6 +172,14 @@ macro_rules! forward_backend {
             }
             fn observer(&self) -> Option<Arc<dyn LockObserver>> {
                 (**self).observer()
+            }
+            fn acquire_as<'a>(&'a self, key: &'a str, ttl: Duration, holder: &'a str)
+                -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
+                (**self).acquire_as(key, ttl, holder)
+            }
+            fn extend_by<'a>(&'a self, lock_id: &'a LockId, by: Duration)
+                -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
+                (**self).extend_by(lock_id, by)
             }
         }
     )*};

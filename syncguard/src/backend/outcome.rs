@@ -153,6 +153,10 @@ pub struct Capabilities {
     pub supports_fencing: bool,
     /// Whose clock decides expiry.
     pub time_authority: TimeAuthority,
+    /// Whether the backend stores holders:
+    /// [`acquire_as`](super::LockBackend::acquire_as) and
+    /// [`extend_by`](super::LockBackend::extend_by).
+    pub holders: bool,
 }
 
 impl Capabilities {
@@ -162,6 +166,14 @@ impl Capabilities {
             backend,
             supports_fencing: true,
             time_authority,
+            holders: false,
         }
+    }
+
+    /// These capabilities, with holders stored.
+    #[must_use]
+    pub const fn with_holders(mut self) -> Self {
+        self.holders = true;
+        self
     }
 }

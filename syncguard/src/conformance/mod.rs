@@ -23,6 +23,7 @@ use tokio::time::{Instant, sleep, sleep_until, timeout};
 
 mod entry_points;
 pub mod history;
+mod holders;
 mod lease_safety;
 
 pub use entry_points::{
@@ -30,6 +31,10 @@ pub use entry_points::{
     try_acquire_on_a_held_key_changes_nothing,
 };
 
+pub use holders::{
+    a_lock_without_holder_is_not_reentered, bad_holders_change_nothing,
+    extend_by_adds_to_the_expiry, holders_are_reentrant_and_exclusive,
+};
 pub use lease_safety::{
     a_manual_extend_waits_for_the_heartbeats, a_stalled_holder_learns_of_its_loss,
     huge_durations_never_overflow, work_that_outlived_its_lease_is_not_a_success,
@@ -59,7 +64,9 @@ macro_rules! conformance_tests {
             huge_durations_never_overflow, a_manual_extend_waits_for_the_heartbeats,
             a_stalled_holder_learns_of_its_loss, work_that_outlived_its_lease_is_not_a_success,
             try_acquire_on_a_held_key_changes_nothing, acquire_waits_only_when_asked,
-            errors_name_the_lock, handle_agrees_with_the_guard
+            errors_name_the_lock, handle_agrees_with_the_guard,
+            holders_are_reentrant_and_exclusive, a_lock_without_holder_is_not_reentered,
+            extend_by_adds_to_the_expiry, bad_holders_change_nothing
         );
     };
     (@each $make:expr; $($check:ident),* $(,)?) => {

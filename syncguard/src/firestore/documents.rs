@@ -1,5 +1,6 @@
 //! The documents as stored: lock and fence counter documents, field for field as the
-//! reference design writes them, their ids, and a document as read with its precondition.
+//! reference design writes them (plus the lock's optional `holder`), their ids, and a document
+//! as read with its precondition.
 
 use firestore::FirestoreDb;
 use firestore::FirestoreWritePrecondition;
@@ -13,7 +14,7 @@ use crate::backend::LockInfo;
 use crate::key::{make_fence_key, make_storage_key};
 use crate::{Fence, LockError, LockId};
 
-/// A lock document, field for field as the reference stores it.
+/// A lock document, field for field as the reference stores it, plus `holder`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct LockDocument {
@@ -22,7 +23,15 @@ pub(super) struct LockDocument {
     pub(super) acquired_at_ms: Millis,
     pub(super) key: String,
     pub(super) fence: String,
+    /// Who took the lock with `acquire_as`; absent (never `null`) for a lock taken without a
+    /// holder, as in every document the reference writes: such a lock is re-entered by no one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) holder: Option<String>,
 }
+
+/// The largest expiry an extend by an amount writes: the largest integer a JavaScript number
+/// (the reference reads `expiresAtMs` as one) holds exactly.
+pub(super) const MAX_EXPIRES_MS: u64 = (1 << 53) - 1;
 
 /// A fence counter document.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -94,20 +103,39 @@ pub(super) fn document_ids(key: &str) -> Result<(String, String), LockError> {
 }
 
 impl LockDocument {
-    /// The public view of a stored, live lock document.
-    pub(super) fn into_info(self) -> Result<LockInfo, LockError> {
-        let lock_id = LockId::parse(&self.lock_id).map_err(|error| {
+    /// The stored lock id, checked.
+    pub(super) fn parsed_lock_id(&self) -> Result<LockId, LockError> {
+        LockId::parse(&self.lock_id).map_err(|error| {
             LockError::internal(format!(
                 "a Firestore lock document holds a malformed lockId: {error}"
             ))
-        })?;
+        })
+    }
+
+    /// The stored fence, checked.
+    pub(super) fn parsed_fence(&self) -> Result<Fence, LockError> {
+        Fence::new(parse_fence(&self.fence)?)
+    }
+
+    /// Whether an `acquire_as` by `holder` (`None`: a plain acquire) re-enters this lock:
+    /// only when it was taken by that same holder. A lock without holder (taken by a plain
+    /// acquire, or written by the reference) is re-entered by no one.
+    pub(super) fn reentered_by(&self, holder: Option<&str>) -> bool {
+        holder.is_some() && self.holder.as_deref() == holder
+    }
+
+    /// The public view of a stored, live lock document.
+    pub(super) fn into_info(self) -> Result<LockInfo, LockError> {
+        let lock_id = self.parsed_lock_id()?;
+        let fence = self.parsed_fence()?;
         Ok(LockInfo::new(
             self.key,
             lock_id,
             self.expires_at_ms.0,
             self.acquired_at_ms.0,
-            Fence::new(parse_fence(&self.fence)?)?,
-        ))
+            fence,
+        )
+        .with_holder(self.holder))
     }
 }
 
@@ -178,6 +206,50 @@ mod tests {
             format!("{:015}", 900_000_000_000_000_u64),
             "900000000000000"
         );
+    }
+
+    #[test]
+    fn only_the_same_holder_reenters() {
+        let lock = |holder: Option<&str>| LockDocument {
+            lock_id: LockId::generate().as_str().to_owned(),
+            expires_at_ms: Millis(2),
+            acquired_at_ms: Millis(1),
+            key: "k".to_owned(),
+            fence: "000000000000001".to_owned(),
+            holder: holder.map(str::to_owned),
+        };
+        assert!(lock(Some("a")).reentered_by(Some("a")));
+        assert!(!lock(Some("a")).reentered_by(Some("b")));
+        assert!(!lock(Some("a")).reentered_by(Some("a ")));
+        assert!(!lock(Some("a")).reentered_by(None));
+        assert!(!lock(None).reentered_by(Some("a")));
+        assert!(!lock(None).reentered_by(None));
+    }
+
+    #[test]
+    fn the_holder_is_optional_and_absent_when_none() {
+        let reference = serde_json::json!({
+            "lockId": "AAAAAAAAAAAAAAAAAAAAAA",
+            "expiresAtMs": 2,
+            "acquiredAtMs": 1,
+            "key": "k",
+            "fence": "000000000000001",
+        });
+        let read: LockDocument = serde_json::from_value(reference.clone()).unwrap();
+        assert_eq!(read.holder, None);
+        assert_eq!(
+            serde_json::to_value(&read).unwrap(),
+            reference,
+            "no holder written"
+        );
+        let mut with_holder = reference.clone();
+        with_holder["holder"] = serde_json::json!("client-a");
+        let read: LockDocument = serde_json::from_value(with_holder.clone()).unwrap();
+        assert_eq!(read.holder.as_deref(), Some("client-a"));
+        assert_eq!(serde_json::to_value(&read).unwrap(), with_holder);
+        with_holder["holder"] = serde_json::Value::Null;
+        let read: LockDocument = serde_json::from_value(with_holder).unwrap();
+        assert_eq!(read.holder, None, "null is no holder");
     }
 
     #[test]

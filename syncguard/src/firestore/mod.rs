@@ -1,35 +1,8 @@
 //! The Cloud Firestore backend (feature `firestore`), on the [`firestore`] crate (gRPC).
 //!
-//! Storage follows the reference design, so a TypeScript SyncGuard service on the same
-//! collections shares the locks:
-//!
-//! - a **lock document** per locked key in the lock collection (default `locks`), with the id
-//!   [`make_storage_key("", key, 1500, 0)`](crate::key::make_storage_key) and the fields
-//!   `{lockId, expiresAtMs, acquiredAtMs, key, fence}`;
-//! - a **fence counter document** per key ever locked in the fence collection (default
-//!   `fence_counters`), with the two-step id [`make_fence_key`] and the fields
-//!   `{fence, keyDebug}`, `fence` a 15-digit zero-padded decimal string. Fence documents are
-//!   never deleted.
-//!
-//! Every operation does all its reads first, then commits all its writes in one transaction,
-//! each write conditioned on its document being unchanged since it was read (its update time,
-//! or its absence). The commit is the atomicity point: of two acquires that saw the key free,
-//! only one commit's preconditions hold. Acquire reads its two documents directly (single
-//! document reads are strongly consistent); release, extend and lookup by lock id query the
-//! lock collection by `lockId` (Firestore's automatic single-field index serves it) inside a
-//! read-only transaction, a consistent snapshot, and verify `lockId` on what they find.
-//! Read-write transactions that lock what they read are deliberately not used: two of them
-//! that read one document and then write it wait on each other until Firestore aborts them,
-//! which the emulator does only after 2 s, and under steady contention from several clients
-//! no one got through.
-//!
-//! **Time authority is the client**: expiry is decided by each client's clock ([`now_ms`],
-//! read after the operation's reads, before its commit) with the common 1 s tolerance, so
-//! every client must keep its clock NTP-synchronized, well within ±500 ms (alert at ±200 ms,
-//! aim for ±100 ms). See [`FirestoreBackend`].
-//!
-//! [`make_fence_key`]: crate::key::make_fence_key
-//! [`now_ms`]: crate::time::now_ms
+//! Firestore has no server clock a transaction can read, so **each client's clock decides
+//! expiry**, as in the reference design: every client must keep its clock NTP-synchronized
+//! (see [clocks](#clocks)).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -47,6 +20,126 @@
 //!     Ok(())
 //! }
 //! ```
+//!
+//! ## Setup
+//!
+//! The `firestore` crate authenticates with Google's Application Default Credentials: the
+//! service account key named by `GOOGLE_APPLICATION_CREDENTIALS`, `gcloud auth
+//! application-default login`, or the metadata server on Google Cloud. The account needs read
+//! and write access to the two collections (role `roles/datastore.user`). Nothing else needs
+//! creating: collections appear with their first document, and the queries by `lockId` use
+//! Firestore's automatic single-field index (if you manage indexes yourself, keep a
+//! single-field ascending index on `lockId` in the lock collection).
+//!
+//! For the **emulator** (`gcloud components install cloud-firestore-emulator`, needs Java),
+//! start it and set `FIRESTORE_EMULATOR_HOST=127.0.0.1:<port>`: the client then uses no
+//! credentials, and any project id works.
+//!
+//! ## Storage layout and compatibility
+//!
+//! Storage follows the reference design, so a TypeScript SyncGuard service on the same
+//! collections shares the locks:
+//!
+//! | what | collection (default) | document id | fields |
+//! |---|---|---|---|
+//! | lock, one per locked key | `locks` | [`make_storage_key("", key, 1500, 0)`](crate::key::make_storage_key), e.g. `job:42` | `lockId`, `expiresAtMs`, `acquiredAtMs` (integers), `key`, `fence` (15-digit string); `holder` (string, only on a lock taken by [`acquire_as`](crate::LockBackend::acquire_as), absent otherwise: see [holders](#holders)) |
+//! | fence counter, one per key ever locked, **never deleted** | `fence_counters` | [`make_fence_key("", lock document id, 1500, 0)`](crate::key::make_fence_key), e.g. `fence:job:42` | `fence` (15-digit string, parsed and incremented as an integer, never through a float), `keyDebug` |
+//!
+//! [`FirestoreConfig`] names other collections. Document ids cannot contain `/`, so keys
+//! containing `/` (and the reserved ids `.`, `..` and `__name__`) are rejected with
+//! [`LockError::InvalidArgument`] before any I/O. Keys holding code points unassigned in one
+//! side's Unicode version can be stored under two names: see
+//! [`key`](crate::key#unicode-the-limit-of-the-compatibility-promise).
+//!
+//! ## Transactions
+//!
+//! Every operation does all its reads first, then commits all its writes in one transaction,
+//! each write conditioned on its document being unchanged since it was read (its update time,
+//! or its absence). The commit is the atomicity point: of two acquires that saw the key free,
+//! only one commit's preconditions hold. Acquire reads its two documents directly (single
+//! document reads are strongly consistent); release, extend and lookup by lock id query the
+//! lock collection by `lockId` inside a read-only transaction, a consistent snapshot, and
+//! verify `lockId` on what they find. Read-write transactions that lock what they read are
+//! deliberately not used: two of them that read one document and then write it wait on each
+//! other until Firestore aborts them, which the emulator does only after 2 s, and under steady
+//! contention from several clients no one got through.
+//!
+//! When a commit finds a document changed since its snapshot (a concurrent operation on the
+//! same key got there first) or Firestore aborts it (`ABORTED`), the operation runs again
+//! from its reads, up to [`FirestoreConfig::with_max_transaction_retries`] times (10 by
+//! default) after randomized pauses (up to 20 ms, doubling to at most 500 ms: about 3 s in all
+//! at worst). So contention on a key shows up as [`AcquireOutcome::Contended`], not as an
+//! error; if the retries run out, the operation fails with [`LockError::ServiceUnavailable`]
+//! (retryable). Within one process, acquires of one key also take turns before their commit,
+//! so they do not conflict at all. Waiting for a held lock is left to
+//! [`acquire`](crate::acquire())'s retry policy, as for every backend.
+//!
+//! Release, extend and lookup by lock id query without a limit, so they see every lock
+//! document carrying the id. Two documents with one lock id cannot come from this library (ids
+//! are 128 random bits); if it happens anyway (documents copied by hand, say), a warning is
+//! logged, and when more than one of them is live none is released, extended or reported.
+//!
+//! ## Holders
+//!
+//! [`acquire_as`](crate::LockBackend::acquire_as) stores its holder in the lock document's
+//! `holder` field; a lock taken without one has no such field (never `null`), as every
+//! document the reference writes. The reference ignores the field, and its acquire of an
+//! expired lock replaces the whole document, dropping it. A lock without holder is re-entered
+//! by no one.
+//!
+//! `acquire_as` works as `acquire` does (its reads, then one commit conditioned on the lock
+//! document being unchanged): a free or expired key is taken, with the holder; a live lock
+//! taken by the same holder (compared byte for byte) is **re-entered**: the commit writes only
+//! `expiresAtMs` (now + ttl) and `acquiredAtMs` (now), and the call answers with the lock's own
+//! `lockId` and `fence` (the fence counter is not touched); any other live lock is
+//! [`Contended`](crate::backend::AcquireOutcome::Contended).
+//! [`extend_by`](crate::LockBackend::extend_by) adds to the live lock's `expiresAtMs` (capped
+//! at 2^53 − 1, the largest integer a JavaScript number holds exactly) in a commit conditioned
+//! as `extend`'s; a missing or expired lock is not held, and is never revived.
+//!
+//! A commit that conflicts is rejected whole (a failed precondition, or `ABORTED`), so the
+//! operation's next run starts from what the store holds then: a retried `acquire_as` re-enters
+//! a lock of its holder, or takes a free key, as a fresh call would. A commit whose answer is
+//! lost (a timeout, a dropped connection) fails the call and what it may have written is left
+//! as it is, never released in the background: the lock id such a call took, or re-entered,
+//! is handed to every later `acquire_as` of the same holder (in this process or another), and
+//! releasing it would take the lock from under that caller. The holder's next `acquire_as` (a
+//! client retrying after the error) re-enters the lock; otherwise it expires at its ttl, as a
+//! crashed holder's does.
+//!
+//! The holder is stored as given, readable by anyone who may read the lock collection; it is
+//! never logged or printed by this library.
+//!
+//! ## Clocks
+//!
+//! Each client's clock ([`now_ms`], read after the operation's reads, before its commit)
+//! decides expiry ([`TimeAuthority::Client`]). A lock is live while
+//! `expiresAtMs > now - 1000`: the 1 s tolerance absorbs clock differences between clients,
+//! and only that much. Run NTP on every client; **block deployment when a client is off by
+//! ±500 ms or more, alert from ±200 ms, aim for ±100 ms**. A client whose clock runs ahead by
+//! more than the tolerance can take a lock that another client still holds; if that cannot be
+//! guaranteed, use the PostgreSQL or Redis backend, where the server's clock decides.
+//!
+//! ## Errors
+//!
+//! gRPC statuses map onto [`LockError`] as the reference's specification maps them, with the
+//! `firestore` crate's error kept as the [`source`](std::error::Error::source):
+//!
+//! | error | [`LockError`] |
+//! |---|---|
+//! | `UNAVAILABLE`, `INTERNAL`, `ABORTED`, `CANCELLED`; a closed or failed connection | `ServiceUnavailable` |
+//! | `DEADLINE_EXCEEDED`; a connection timeout | `NetworkTimeout` |
+//! | `PERMISSION_DENIED`, `UNAUTHENTICATED`; no usable credentials when the client is made | `AuthFailed` |
+//! | `INVALID_ARGUMENT`, `FAILED_PRECONDITION`; a project or database that does not exist | `InvalidArgument` |
+//! | `RESOURCE_EXHAUSTED` (quota) | `RateLimited` |
+//! | a document of an unexpected shape; anything else | `Internal` |
+//!
+//! A commit that conflicts (`ABORTED`, or a failed precondition of its own writes) is retried
+//! as described under [transactions](#transactions) before any of this applies.
+//!
+//! [`now_ms`]: crate::time::now_ms
+//! [`TimeAuthority::Client`]: crate::backend::TimeAuthority::Client
+//! [`AcquireOutcome::Contended`]: crate::backend::AcquireOutcome::Contended
 
 mod builder;
 mod config;
@@ -69,49 +162,9 @@ use crate::LockError;
 ///
 /// Let [`connect`](Self::connect) (the default configuration) or the
 /// [`builder`](Self::builder) (a configuration of your own) make the client, or build it on a
-/// [`FirestoreDb`] you already have with [`new`](Self::new). Clones share the client.
-///
-/// # Credentials and the emulator
-/// The `firestore` crate authenticates with Google's Application Default Credentials: the
-/// service account key named by `GOOGLE_APPLICATION_CREDENTIALS`, `gcloud auth
-/// application-default login`, or the metadata server on Google Cloud. The account needs read
-/// and write access to the two collections (role `roles/datastore.user`). With
-/// `FIRESTORE_EMULATOR_HOST=host:port` set, the client talks to the emulator instead and needs
-/// no credentials.
-///
-/// # Clocks
-/// Firestore has no server clock a transaction can read, so, as in the reference design, each
-/// client's clock decides expiry ([`TimeAuthority::Client`]). A lock is live while
-/// `expiresAtMs > now - 1000`: the 1 s tolerance absorbs clock differences between clients,
-/// and only that much. Run NTP on every client; block deployment when a client is off by
-/// ±500 ms or more, alert from ±200 ms, aim for ±100 ms. A client whose clock runs ahead by
-/// more than the tolerance can take a lock that another client still holds; if that cannot be
-/// guaranteed, use the PostgreSQL or Redis backend, where the server's clock decides.
-///
-/// # Contention
-/// Each operation is one logical attempt, but when its commit finds a document changed since
-/// its snapshot (a concurrent operation on the same key got there first) or Firestore aborts
-/// it (`ABORTED`), it runs again from its reads, up to
-/// [`FirestoreConfig::with_max_transaction_retries`] times (10 by default) after randomized
-/// pauses (up to 20 ms, doubling to at most 500 ms: about 3 s in all at worst). So contention on
-/// a key shows up as [`AcquireOutcome::Contended`], not as an error; if the retries run out,
-/// the operation fails with [`LockError::ServiceUnavailable`] (retryable). Within one process,
-/// acquires of one key also take turns before their commit, so they do not conflict at all.
-/// Waiting for a held lock is left to [`acquire`](crate::acquire())'s retry policy, as for
-/// every backend.
-///
-/// # Duplicate lock ids
-/// Release, extend and lookup by lock id query without a limit, so they see every lock
-/// document carrying the id. Two documents with one lock id cannot come from this library (ids
-/// are 128 random bits); if it happens anyway (documents copied by hand, say), a warning is
-/// logged, and when more than one of them is live none is released, extended or reported.
-///
-/// # Keys
-/// Document ids cannot contain `/`, so keys containing `/` (and the reserved ids `.`, `..` and
-/// `__name__`) are rejected with [`LockError::InvalidArgument`] before any I/O.
-///
-/// [`TimeAuthority::Client`]: crate::backend::TimeAuthority::Client
-/// [`AcquireOutcome::Contended`]: crate::backend::AcquireOutcome::Contended
+/// [`FirestoreDb`] you already have with [`new`](Self::new). Clones share the client. The
+/// [module documentation](self) covers the credentials, the documents, the transactions, the
+/// clock requirement and the errors.
 ///
 /// ```no_run
 /// use std::time::Duration;

@@ -1,17 +1,19 @@
-//! The operations (acquire, release, extend, lookups), each planned from its reads and
-//! committed by [`transact`](FirestoreBackend::transact), and the [`LockBackend`]
-//! implementation on top.
+//! The operations (acquire, also as a holder; release; extend, also by an amount; lookups),
+//! each planned from its reads and committed by [`transact`](FirestoreBackend::transact), and
+//! the [`LockBackend`] implementation on top.
 
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
-use super::documents::{FenceDocument, Found, LockDocument, Millis, document_ids, parse_fence};
+use super::documents::{
+    FenceDocument, Found, LockDocument, MAX_EXPIRES_MS, Millis, document_ids, parse_fence,
+};
 use super::error::map_error;
 use super::transaction::Write;
 use super::{FirestoreBackend, GATES};
 use crate::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, Lease, LockBackend, LockInfo, Lookup,
-    NotHeldReason, ReleaseOutcome, TimeAuthority,
+    NotHeldReason, ReleaseOutcome, TimeAuthority, check_holder,
 };
 use crate::key::{hash_key, normalize_key};
 use crate::time::{is_live, now_ms, ttl_millis};
@@ -57,18 +59,30 @@ impl FirestoreBackend {
         }
     }
 
-    async fn acquire_once(&self, key: &str, ttl: Duration) -> Result<AcquireOutcome, LockError> {
+    /// One acquire; with a `holder` (`acquire_as`), stored with the lock and re-entrant by
+    /// that holder (see [holders](super#holders)).
+    async fn acquire_once(
+        &self,
+        key: &str,
+        ttl: Duration,
+        holder: Option<&str>,
+    ) -> Result<AcquireOutcome, LockError> {
         let key = normalize_key(key)?.into_owned();
         let ttl_ms = ttl_millis(ttl)?;
+        if let Some(holder) = holder {
+            check_holder(holder)?;
+        }
         let (lock_doc, fence_doc) = document_ids(&key)?;
-        // A plain read first: while the key is held (the common case under contention) the
-        // answer is Contended at once, without waiting for a turn. The read saw a live lock
-        // during this call, which is all Contended claims.
+        // A plain read first: while the key is held by someone else (the common case under
+        // contention) the answer is Contended at once, without waiting for a turn. The read
+        // saw a live lock during this call, which is all Contended claims.
         let seen = self
             .read_lock(&self.db, &lock_doc)
             .await
             .map_err(map_error)?;
-        if seen.is_some_and(|lock| is_live(lock.expires_at_ms.0, now_ms())) {
+        if seen.is_some_and(|lock| {
+            is_live(lock.expires_at_ms.0, now_ms()) && !lock.reentered_by(holder)
+        }) {
             return Ok(AcquireOutcome::Contended);
         }
         let mut hasher = std::hash::DefaultHasher::new();
@@ -80,8 +94,31 @@ impl FirestoreBackend {
             let (current, lock_unchanged) =
                 Self::read::<LockDocument>(&reader, self.config.lock_collection(), lock_doc)
                     .await?;
-            if current.is_some_and(|lock| is_live(lock.expires_at_ms.0, now_ms())) {
-                return Ok((AcquireOutcome::Contended, Vec::new()));
+            if let Some(current) = current
+                && is_live(current.expires_at_ms.0, now_ms())
+            {
+                if !current.reentered_by(holder) {
+                    return Ok((AcquireOutcome::Contended, Vec::new()));
+                }
+                // Re-entered by its holder: a fresh lease (from a time taken after the read),
+                // the same lock id and fence; the fence counter is left alone.
+                let lock_id = current.parsed_lock_id()?;
+                let fence = current.parsed_fence()?;
+                let now = now_ms();
+                let expires_at_ms = now + ttl_ms;
+                let renewed = LockDocument {
+                    expires_at_ms: Millis(expires_at_ms),
+                    acquired_at_ms: Millis(now),
+                    ..current
+                };
+                let writes = vec![Write::UpdateLock(
+                    lock_doc.clone(),
+                    renewed,
+                    &["expiresAtMs", "acquiredAtMs"],
+                    lock_unchanged,
+                )];
+                let lease = Lease::new(lock_id, expires_at_ms, fence);
+                return Ok((AcquireOutcome::Acquired(lease), writes));
             }
             let (counter, fence_unchanged) =
                 Self::read::<FenceDocument>(&reader, self.config.fence_collection(), fence_doc)
@@ -106,6 +143,7 @@ impl FirestoreBackend {
                     },
                     fence_unchanged,
                 ),
+                // The whole document: a holder only when given, none left from an expired lock.
                 Write::SetLock(
                     lock_doc.clone(),
                     LockDocument {
@@ -114,6 +152,7 @@ impl FirestoreBackend {
                         acquired_at_ms: Millis(now),
                         key: key.clone(),
                         fence: fence_text,
+                        holder: holder.map(str::to_owned),
                     },
                     lock_unchanged,
                 ),
@@ -139,10 +178,12 @@ impl FirestoreBackend {
         .await
     }
 
+    /// One extend: to now + `ttl`, or (`by`) to the current expiry + `ttl`.
     async fn extend_once(
         &self,
         lock_id: &LockId,
         ttl: Duration,
+        by: bool,
     ) -> Result<ExtendOutcome, LockError> {
         let ttl_ms = ttl_millis(ttl)?;
         self.transact(true, |reader| async move {
@@ -150,11 +191,25 @@ impl FirestoreBackend {
             let now = now_ms();
             Ok(match Self::resolve(found, lock_id, now) {
                 Resolved::Held(mut held) => {
-                    let expires_at_ms = now + ttl_ms;
+                    let expires_at_ms = if by {
+                        // Added to the live lock's expiry (resolve refused an expired one).
+                        held.data
+                            .expires_at_ms
+                            .0
+                            .saturating_add(ttl_ms)
+                            .min(MAX_EXPIRES_MS)
+                    } else {
+                        now + ttl_ms
+                    };
                     held.data.expires_at_ms = Millis(expires_at_ms);
                     (
                         ExtendOutcome::Extended { expires_at_ms },
-                        vec![Write::UpdateExpiry(held.id, held.data, held.unchanged)],
+                        vec![Write::UpdateLock(
+                            held.id,
+                            held.data,
+                            &["expiresAtMs"],
+                            held.unchanged,
+                        )],
                     )
                 }
                 Resolved::NotHeld(reason) => (ExtendOutcome::NotHeld(reason), Vec::new()),
@@ -200,7 +255,16 @@ impl LockBackend for FirestoreBackend {
         key: &'a str,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
-        Box::pin(self.acquire_once(key, ttl))
+        Box::pin(self.acquire_once(key, ttl, None))
+    }
+
+    fn acquire_as<'a>(
+        &'a self,
+        key: &'a str,
+        ttl: Duration,
+        holder: &'a str,
+    ) -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
+        Box::pin(self.acquire_once(key, ttl, Some(holder)))
     }
 
     fn release<'a>(
@@ -215,7 +279,15 @@ impl LockBackend for FirestoreBackend {
         lock_id: &'a LockId,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
-        Box::pin(self.extend_once(lock_id, ttl))
+        Box::pin(self.extend_once(lock_id, ttl, false))
+    }
+
+    fn extend_by<'a>(
+        &'a self,
+        lock_id: &'a LockId,
+        by: Duration,
+    ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
+        Box::pin(self.extend_once(lock_id, by, true))
     }
 
     fn is_locked<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
@@ -230,7 +302,7 @@ impl LockBackend for FirestoreBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new("firestore", TimeAuthority::Client)
+        Capabilities::new("firestore", TimeAuthority::Client).with_holders()
     }
 }
 
@@ -249,6 +321,7 @@ mod tests {
             acquired_at_ms: Millis(0),
             key: "k".to_owned(),
             fence: "000000000000001".to_owned(),
+            holder: None,
         };
         let now = 100_000;
         let found = |id: &str, data| Found {

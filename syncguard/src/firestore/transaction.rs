@@ -19,7 +19,14 @@ use crate::{LockError, LockId};
 pub(super) enum Write {
     SetLock(String, LockDocument, FirestoreWritePrecondition),
     SetFence(String, FenceDocument, FirestoreWritePrecondition),
-    UpdateExpiry(String, LockDocument, FirestoreWritePrecondition),
+    /// Only the named fields of a lock document (the others, including fields this library
+    /// does not know, stay as they are).
+    UpdateLock(
+        String,
+        LockDocument,
+        &'static [&'static str],
+        FirestoreWritePrecondition,
+    ),
     DeleteLock(String, FirestoreWritePrecondition),
 }
 
@@ -70,7 +77,7 @@ impl FirestoreBackend {
                         "the lock documents kept changing under {} attempts; try again",
                         retries + 1
                     ))
-                    .with_source(conflict)
+                    .with_source(super::error::driver_error(conflict))
                 });
             }
             retries += 1;
@@ -159,11 +166,11 @@ impl FirestoreBackend {
                         .object(&document)
                         .add_to_transaction(transaction)?;
                 }
-                Write::UpdateExpiry(id, document, unchanged) => {
+                Write::UpdateLock(id, document, fields, unchanged) => {
                     self.db
                         .fluent()
                         .update()
-                        .fields(["expiresAtMs"])
+                        .fields(fields)
                         .in_col(locks)
                         .precondition(unchanged)
                         .document_id(id)

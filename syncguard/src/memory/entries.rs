@@ -24,6 +24,8 @@ pub(super) struct Held {
     pub(super) expires_at_ms: u64,
     pub(super) acquired_at_ms: u64,
     pub(super) fence: Fence,
+    /// Who took it, with `acquire_as`.
+    pub(super) holder: Option<Box<str>>,
 }
 
 /// A held lock's key: inline up to [`INLINE_KEY`] bytes (an idempotency key with its prefix

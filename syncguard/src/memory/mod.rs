@@ -34,7 +34,10 @@ use store::State;
 /// Time authority is the local clock.
 ///
 /// Clones share the same locks, so clone it freely into tasks. Locks are not shared between
-/// processes: use PostgreSQL, Redis or Firestore for that.
+/// processes: use PostgreSQL, Redis or Firestore for that. So there is nothing to set up, no
+/// storage layout to share with other services, and no I/O to fail: keys are checked and
+/// normalized as by every backend ([`normalize_key`](crate::key::normalize_key)), and bad
+/// input (a key, a ttl) is [`LockError::InvalidArgument`](crate::LockError::InvalidArgument).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {

@@ -7,7 +7,7 @@ use super::MemoryBackend;
 use super::entries::Held;
 use crate::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockInfo, Lookup,
-    ReleaseOutcome, TimeAuthority,
+    ReleaseOutcome, TimeAuthority, check_holder,
 };
 use crate::key::normalize_key;
 use crate::time::{now_ms, ttl_millis};
@@ -30,17 +30,39 @@ impl MemoryBackend {
     }
 }
 
+impl MemoryBackend {
+    fn acquire_with(
+        &self,
+        key: &str,
+        ttl: Duration,
+        holder: Option<&str>,
+    ) -> Result<AcquireOutcome, LockError> {
+        let key = normalize_key(key)?;
+        let ttl_ms = ttl_millis(ttl)?;
+        if let Some(holder) = holder {
+            check_holder(holder)?;
+        }
+        self.state().acquire(&key, holder, ttl_ms, now_ms())
+    }
+}
+
 impl LockBackend for MemoryBackend {
     fn acquire<'a>(
         &'a self,
         key: &'a str,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
-        let outcome = normalize_key(key).and_then(|key| {
-            let ttl_ms = ttl_millis(ttl)?;
-            let now = now_ms();
-            self.state().acquire(&key, ttl_ms, now)
-        });
+        let outcome = self.acquire_with(key, ttl, None);
+        Box::pin(async move { outcome })
+    }
+
+    fn acquire_as<'a>(
+        &'a self,
+        key: &'a str,
+        ttl: Duration,
+        holder: &'a str,
+    ) -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
+        let outcome = self.acquire_with(key, ttl, Some(holder));
         Box::pin(async move { outcome })
     }
 
@@ -60,7 +82,21 @@ impl LockBackend for MemoryBackend {
     ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
         let outcome = ttl_millis(ttl).map(|ttl_ms| {
             let now = now_ms();
-            self.state().extend(lock_id, ttl_ms, now)
+            self.state()
+                .extend(lock_id, now, |_| now.saturating_add(ttl_ms))
+        });
+        Box::pin(async move { outcome })
+    }
+
+    fn extend_by<'a>(
+        &'a self,
+        lock_id: &'a LockId,
+        by: Duration,
+    ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
+        let outcome = ttl_millis(by).map(|by_ms| {
+            self.state().extend(lock_id, now_ms(), |expires_at_ms| {
+                expires_at_ms.saturating_add(by_ms)
+            })
         });
         Box::pin(async move { outcome })
     }
@@ -84,11 +120,12 @@ impl LockBackend for MemoryBackend {
                 held.acquired_at_ms,
                 held.fence,
             )
+            .with_holder(held.holder.as_deref().map(str::to_owned))
         });
         Box::pin(async move { info })
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new("memory", TimeAuthority::Client)
+        Capabilities::new("memory", TimeAuthority::Client).with_holders()
     }
 }

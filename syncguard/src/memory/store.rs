@@ -31,20 +31,23 @@ pub(super) struct State {
 }
 
 impl State {
+    /// Takes the lock on `key`; with a `holder`, also re-takes a live lock of that holder.
     pub(super) fn acquire(
         &mut self,
         key: &str,
+        holder: Option<&str>,
         ttl_ms: u64,
         now: u64,
     ) -> Result<AcquireOutcome, LockError> {
         let hash = self.key_hasher.hash_one(key);
-        self.acquire_hashed(key, hash, ttl_ms, now)
+        self.acquire_hashed(key, holder, hash, ttl_ms, now)
     }
 
     /// [`acquire`](Self::acquire) with the key's hash already computed.
     fn acquire_hashed(
         &mut self,
         key: &str,
+        holder: Option<&str>,
         hash: u64,
         ttl_ms: u64,
         now: u64,
@@ -58,10 +61,20 @@ impl State {
             first: None,
             collided: Vec::new(),
         });
-        if slot
-            .locks()
-            .any(|held| held.key.is(key) && held.is_live(now))
+        if let Some(live) = slot
+            .locks_mut()
+            .find(|held| held.key.is(key) && held.is_live(now))
         {
+            // Re-entered by its holder: a fresh lease, the same lock id and fence.
+            if holder.is_some() && live.holder.as_deref() == holder {
+                live.expires_at_ms = now.saturating_add(ttl_ms);
+                live.acquired_at_ms = now;
+                return Ok(AcquireOutcome::Acquired(Lease::new(
+                    live.lock_id.clone(),
+                    live.expires_at_ms,
+                    live.fence,
+                )));
+            }
             return Ok(AcquireOutcome::Contended);
         }
         let fence = Fence::new(slot.fence + 1)?;
@@ -74,6 +87,7 @@ impl State {
             expires_at_ms,
             acquired_at_ms: now,
             fence,
+            holder: holder.map(Box::from),
         };
         let unstored = match slot.locks_mut().find(|stored| stored.key.is(key)) {
             // An expired lock on the key: replaced, with its index entry.
@@ -108,13 +122,19 @@ impl State {
         }
     }
 
-    pub(super) fn extend(&mut self, lock_id: &LockId, ttl_ms: u64, now: u64) -> ExtendOutcome {
+    /// Sets the live lock's expiry to what `expiry` makes of the current one.
+    pub(super) fn extend(
+        &mut self,
+        lock_id: &LockId,
+        now: u64,
+        expiry: impl FnOnce(u64) -> u64,
+    ) -> ExtendOutcome {
         let Some(&hash) = self.ids.get(lock_id) else {
             return ExtendOutcome::NotHeld(Some(NotHeldReason::NotFound));
         };
         let reason = match find_lock(&mut self.keys, hash, |held| held.lock_id == *lock_id) {
             Some(held) if held.is_live(now) => {
-                held.expires_at_ms = now + ttl_ms;
+                held.expires_at_ms = expiry(held.expires_at_ms);
                 return ExtendOutcome::Extended {
                     expires_at_ms: held.expires_at_ms,
                 };
@@ -149,6 +169,16 @@ impl State {
 
 #[cfg(test)]
 impl State {
+    /// An acquire without holder.
+    pub(super) fn acquire_free(
+        &mut self,
+        key: &str,
+        ttl_ms: u64,
+        now: u64,
+    ) -> Result<AcquireOutcome, LockError> {
+        self.acquire(key, None, ttl_ms, now)
+    }
+
     pub(super) fn stored_locks(&self) -> usize {
         self.keys.values().map(|slot| slot.locks().count()).sum()
     }
@@ -169,23 +199,23 @@ mod tests {
         let now = 1_000_000;
         let contended = |state: &mut State, key| {
             state
-                .acquire_hashed(key, 7, 10_000, now)
+                .acquire_hashed(key, None, 7, 10_000, now)
                 .unwrap()
                 .is_contended()
         };
-        let a = lease(state.acquire_hashed("a", 7, 10_000, now));
-        let b = lease(state.acquire_hashed("b", 7, 10_000, now));
+        let a = lease(state.acquire_hashed("a", None, 7, 10_000, now));
+        let b = lease(state.acquire_hashed("b", None, 7, 10_000, now));
         // One counter for the hash: each key's fences still only grow.
         assert_eq!((a.fence.get(), b.fence.get()), (1, 2));
         assert!(contended(&mut state, "a"));
         assert!(matches!(
-            state.extend(&b.lock_id, 20_000, now),
+            state.extend(&b.lock_id, now, |_| now + 20_000),
             ExtendOutcome::Extended { expires_at_ms } if expires_at_ms == now + 20_000
         ));
         assert!(state.release(&a.lock_id, now).is_released());
         assert!(!state.release(&a.lock_id, now).is_released());
         // "a" is free again and "b" still held, whichever of them comes first in the bucket.
-        let a = lease(state.acquire_hashed("a", 7, 10_000, now));
+        let a = lease(state.acquire_hashed("a", None, 7, 10_000, now));
         assert_eq!(a.fence.get(), 3);
         assert!(contended(&mut state, "b"));
         assert!(state.release(&b.lock_id, now).is_released());
@@ -205,10 +235,10 @@ mod tests {
             format!("{}:ü", "y".repeat(300)), // longer than a u8 counts
         ];
         for key in &keys {
-            let held = lease(state.acquire(key, 10_000, now));
-            assert!(state.acquire(key, 10_000, now).unwrap().is_contended());
+            let held = lease(state.acquire_free(key, 10_000, now));
+            assert!(state.acquire_free(key, 10_000, now).unwrap().is_contended());
             // A key that only starts the same is another lock.
-            lease(state.acquire(&format!("{key}!"), 10_000, now));
+            lease(state.acquire_free(&format!("{key}!"), 10_000, now));
             let hash = state.key_hasher.hash_one(key.as_str());
             let stored = find_lock(&mut state.keys, hash, |held| held.key.is(key)).unwrap();
             assert_eq!(stored.key.to_owned_string(), *key);
@@ -221,7 +251,7 @@ mod tests {
         let mut state = State::default();
         let now = 1_000_000;
         for round in 1..=3 {
-            let held = lease(state.acquire("job", 10_000, now));
+            let held = lease(state.acquire_free("job", 10_000, now));
             assert_eq!(held.fence.get(), round);
             assert!(state.release(&held.lock_id, now).is_released());
         }

@@ -85,7 +85,7 @@ mod tests {
     fn fence_memory_is_bounded_and_fences_still_only_grow() {
         let mut state = State::default();
         let now = 1_000_000;
-        let take = |state: &mut State, key: &str| lease(state.acquire(key, 60_000, now));
+        let take = |state: &mut State, key: &str| lease(state.acquire_free(key, 60_000, now));
         // Released after two rounds, then its counter is forgotten among many fresh keys.
         for round in 1..=2 {
             let job = take(&mut state, "job");
@@ -119,12 +119,12 @@ mod tests {
         let mut state = State::default();
         let now = 1_000_000;
         let held: Vec<_> = (0..2 * KEPT_FENCES)
-            .map(|i| lease(state.acquire(&format!("held:{i}"), 60_000, now)))
+            .map(|i| lease(state.acquire_free(&format!("held:{i}"), 60_000, now)))
             .collect();
         assert!(held.iter().all(|lease| lease.fence.get() == 1));
         for (i, first) in held.iter().enumerate() {
             assert!(state.release(&first.lock_id, now).is_released());
-            let next = lease(state.acquire(&format!("held:{i}"), 60_000, now));
+            let next = lease(state.acquire_free(&format!("held:{i}"), 60_000, now));
             assert_eq!(next.fence.get(), 2, "held:{i}");
         }
         assert_eq!(state.keys.len(), 2 * KEPT_FENCES);
@@ -135,13 +135,13 @@ mod tests {
         let mut state = State::default();
         let start = 1_000_000;
         let live: Vec<_> = (0..10)
-            .map(|i| lease(state.acquire(&format!("live:{i}"), 3_600_000, start)))
+            .map(|i| lease(state.acquire_free(&format!("live:{i}"), 3_600_000, start)))
             .collect();
         // 200,000 locks abandoned by their holders, each expired soon after.
         let mut most_stored = 0;
         for i in 0..200_000 {
             let now = start + i;
-            lease(state.acquire(&format!("abandoned:{i}"), 1, now));
+            lease(state.acquire_free(&format!("abandoned:{i}"), 1, now));
             most_stored = most_stored.max(state.stored_locks());
         }
         assert!(
@@ -151,7 +151,9 @@ mod tests {
         for lease in &live {
             assert!(
                 state
-                    .extend(&lease.lock_id, 60_000, start + 200_000)
+                    .extend(&lease.lock_id, start + 200_000, |_| start
+                        + 200_000
+                        + 60_000)
                     .expires_at_ms()
                     .is_some()
             );
@@ -162,29 +164,34 @@ mod tests {
     fn the_sweep_drops_expired_locks_and_keeps_live_locks_and_fences_growing() {
         let mut state = State::default();
         let now = 1_000_000;
-        let live = lease(state.acquire("live", 60_000, now));
+        let live = lease(state.acquire_free("live", 60_000, now));
         // Abandoned by their holders: never released.
         for i in 0..1100 {
-            lease(state.acquire(&format!("abandoned:{i}"), 10, now));
+            lease(state.acquire_free(&format!("abandoned:{i}"), 10, now));
         }
         assert_eq!(state.ids.len(), 1101);
         // Past expiry and tolerance, as many acquisitions as locks are held bring a sweep.
         let later = now + 5_000;
         for i in 0..1100 {
-            let fresh = lease(state.acquire(&format!("fresh:{i}"), 60_000, later));
+            let fresh = lease(state.acquire_free(&format!("fresh:{i}"), 60_000, later));
             assert!(state.release(&fresh.lock_id, later).is_released());
         }
         assert_eq!(state.ids.len(), 1, "only the live lock is left");
         assert_eq!(state.stored_locks(), 1);
         assert!(
             state
-                .extend(&live.lock_id, 60_000, later)
+                .extend(&live.lock_id, later, |_| later + 60_000)
                 .expires_at_ms()
                 .is_some()
         );
-        assert!(state.acquire("live", 60_000, later).unwrap().is_contended());
+        assert!(
+            state
+                .acquire_free("live", 60_000, later)
+                .unwrap()
+                .is_contended()
+        );
         // Its counter may have been forgotten with the lock; its fences still only grow.
-        let again = lease(state.acquire("abandoned:0", 10, later));
+        let again = lease(state.acquire_free("abandoned:0", 10, later));
         assert!(again.fence.get() >= 2, "{}", again.fence.get());
     }
 }

@@ -63,7 +63,8 @@ impl PostgresBackendBuilder {
     /// [`setup_schema`](super::setup_schema)).
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] for a bad configuration or URL;
+    /// [`LockError::InvalidArgument`] for a bad configuration or URL, or a URL naming a
+    /// database the server does not have;
     /// [`LockError::ServiceUnavailable`] at once when nothing listens at the URL's address;
     /// [`LockError::NetworkTimeout`] when connecting takes longer than the connect timeout;
     /// [`LockError::ServiceUnavailable`] when TLS fails (the server's certificate rejected, or
@@ -81,7 +82,8 @@ impl PostgresBackendBuilder {
         let config = self.config;
         config.validate()?;
         let options = PgConnectOptions::from_str(&self.url).map_err(|e| {
-            LockError::invalid_argument("invalid PostgreSQL connection URL").with_source(e)
+            LockError::invalid_argument("invalid PostgreSQL connection URL")
+                .with_source(super::error::driver_error(e))
         })?;
         let pool = PostgresBackend::pool_options()
             .acquire_timeout(config.acquire_timeout())

@@ -56,7 +56,7 @@ impl Default for PostgresConfig {
 }
 
 /// Longest lock table name: leaves room for the `_lock_id`/`_expires` index and
-/// `_acquire` function suffixes within PostgreSQL's 63-byte identifier limit.
+/// `_acquire`/`_clear_holder` function suffixes within PostgreSQL's 63-byte identifier limit.
 const MAX_LOCK_TABLE_LEN: usize = 40;
 const MAX_IDENTIFIER_LEN: usize = 63;
 
@@ -216,6 +216,7 @@ impl PostgresConfig {
                 .replace("{locks}", &names.locks)
                 .replace("{fences}", &names.fences)
                 .replace("{acquire}", &names.acquire)
+                .replace("{clear_holder}", &names.clear_holder)
                 .replace("{idx_lock_id}", &names.index("lock_id"))
                 .replace("{idx_expires}", &names.index("expires")),
         );
@@ -249,6 +250,8 @@ pub(super) struct Names {
     pub(super) locks: String,
     pub(super) fences: String,
     pub(super) acquire: String,
+    /// The trigger function that clears the holder of a row given another lock id.
+    pub(super) clear_holder: String,
     lock_table: String,
 }
 
@@ -262,6 +265,7 @@ impl Names {
             locks: qualify(&config.lock_table),
             fences: qualify(&config.fence_table),
             acquire: qualify(&format!("{}_acquire", config.lock_table)),
+            clear_holder: qualify(&format!("{}_clear_holder", config.lock_table)),
             lock_table: config.lock_table.clone(),
         }
     }
@@ -359,6 +363,8 @@ mod tests {
         assert!(sql.contains("CREATE TABLE IF NOT EXISTS \"s1\".\"Locks\""));
         assert!(sql.contains("\"s1\".\"fences\""));
         assert!(sql.contains("FUNCTION \"s1\".\"Locks_acquire\""));
+        assert!(sql.contains("FUNCTION \"s1\".\"Locks_clear_holder\""));
+        assert!(sql.contains("'\"s1\".\"Locks\"'::regclass"));
         assert!(!sql.contains("syncguard_locks"));
     }
 }

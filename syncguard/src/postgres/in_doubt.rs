@@ -2,6 +2,8 @@
 //! caller dropped it mid-statement may have taken the lock, or may still take it when a
 //! statement held up in the network arrives. Nobody would hold that lock until its ttl ran
 //! out. Its lock id is unique to that attempt, so releasing it is safe whatever happened.
+//! (Not so for an acquire with a holder, whose lock id another call may have learnt: those are
+//! never released here, see `acquire.rs`.)
 
 use std::time::Duration;
 
@@ -19,7 +21,12 @@ const RELEASES: u32 = 3;
 /// An acquire on its way. Unless [`settle`](Self::settle)d with a known outcome, dropping it
 /// releases its lock id in the background.
 pub(super) struct AcquireInDoubt {
-    backend: Option<PostgresBackend>,
+    /// What to release if the outcome stays unknown; `None` once settled.
+    pending: Option<Pending>,
+}
+
+struct Pending {
+    backend: PostgresBackend,
     lock_id: LockId,
     ttl: Duration,
 }
@@ -27,15 +34,22 @@ pub(super) struct AcquireInDoubt {
 impl AcquireInDoubt {
     pub(super) fn new(backend: &PostgresBackend, lock_id: &LockId, ttl: Duration) -> Self {
         Self {
-            backend: Some(backend.clone()),
-            lock_id: lock_id.clone(),
-            ttl,
+            pending: Some(Pending {
+                backend: backend.clone(),
+                lock_id: lock_id.clone(),
+                ttl,
+            }),
         }
+    }
+
+    /// An acquire whose lock is never released in doubt, whatever happens to it.
+    pub(super) fn never_released() -> Self {
+        Self { pending: None }
     }
 
     /// The outcome is known: the lock was taken (and handed to the caller) or certainly not.
     pub(super) fn settle(mut self) {
-        self.backend = None;
+        self.pending = None;
     }
 
     /// Settles `self` if `error` says the statement cannot have taken the lock: it was never
@@ -58,13 +72,17 @@ impl AcquireInDoubt {
 
 impl Drop for AcquireInDoubt {
     fn drop(&mut self) {
-        let Some(backend) = self.backend.take() else {
+        let Some(Pending {
+            backend,
+            lock_id,
+            ttl,
+        }) = self.pending.take()
+        else {
             return;
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (lock_id, ttl) = (self.lock_id.clone(), self.ttl);
         runtime.spawn(release_in_doubt(backend, lock_id, ttl));
     }
 }

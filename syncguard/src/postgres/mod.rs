@@ -1,10 +1,18 @@
 //! The PostgreSQL backend (feature `postgres`), on a sqlx [`PgPool`].
 //!
 //! Tables, columns, key derivation, fence format and the per-key advisory lock are those of
-//! the SyncGuard reference design, so Rust and TypeScript services can share the same tables.
-//! Every operation is **one round trip**: acquire is a server-side function that
-//! [`setup_schema`] installs (the reference runs the same steps as an eight-round-trip
-//! transaction); release, extend, `is_locked` and lookups are single statements.
+//! the SyncGuard reference design, so Rust and TypeScript services can share the same tables
+//! ([compatibility](#compatibility-with-the-typescript-reference)). The database server's
+//! clock decides expiry. Every operation is **one round trip**: acquire (and `acquire_as`) is
+//! a server-side function that [`setup_schema`] installs (the reference runs the same steps as
+//! an eight-round-trip transaction); release, extend, `extend_by`, `is_locked` and lookups are
+//! single statements whose `WHERE` clause checks ownership and liveness, so that a concurrent
+//! writer makes PostgreSQL check them again on the newest row.
+//!
+//! The backend stores holders ([`Capabilities::holders`](crate::backend::Capabilities)):
+//! [`acquire_as`](crate::backend::LockBackend::acquire_as) keeps the holder in the lock row and
+//! re-enters that holder's live lock, so several processes (replicas of `syncguard-server`)
+//! share the holders' locks through the tables.
 //!
 //! ```no_run
 //! # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {
@@ -24,9 +32,114 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Time authority is the database server's clock; expired rows stay until a later acquire of
-//! the same key overwrites them, [`PostgresBackend::sweep_expired`] deletes them, or (opt-in)
-//! `is_locked` cleans them up. Fence counters are never deleted.
+//! ## Tables
+//!
+//! [`setup_schema`] creates what is missing at startup; for migrations, [`SCHEMA_SQL`] (the
+//! bundled `schema.sql`) is the same DDL for the default names, and
+//! [`PostgresConfig::schema_sql`] renders it for yours. With the default names:
+//!
+//! | table | columns | indexes |
+//! |---|---|---|
+//! | `syncguard_locks`: one row per lock, live or expired | `key TEXT PRIMARY KEY` (the storage key), `lock_id TEXT` (22 base64url characters), `expires_at_ms BIGINT`, `acquired_at_ms BIGINT` (Unix ms, server time), `fence TEXT` (15 digits), `user_key TEXT` (the normalized key), `holder TEXT` (the holder given to `acquire_as`, `NULL` for none) | unique on `lock_id`; on `expires_at_ms` |
+//! | `syncguard_fence_counters`: one row per key ever locked, **never deleted** | `fence_key TEXT PRIMARY KEY`, `fence BIGINT` (the last fence given), `key_debug TEXT` (the key) | |
+//!
+//! Every column is `NOT NULL` but `key_debug` and `holder`. The acquire function,
+//! `syncguard_locks_acquire(...)`, takes `pg_advisory_xact_lock(hashtext(storage key))`,
+//! reads the key's row `FOR UPDATE`, and if no live lock is there increments the fence
+//! counter and replaces the lock row (deletes the expired one, inserts the new one), with
+//! `clock_timestamp()` as the time; given a holder, it re-enters a live lock stored with the
+//! same holder instead (its expiry and acquisition time restart, its lock id and fence stay).
+//! A counter that is not positive, or past the maximum, fails the call with nothing stored.
+//! A trigger, `syncguard_clear_holder` (function `<locks>_clear_holder`), clears the holder of
+//! a row that an `UPDATE` gives another lock id (see the
+//! [compatibility notes](#compatibility-with-the-typescript-reference)). [`PostgresConfig`]
+//! sets other table names and a schema; the functions and the indexes are named after the
+//! lock table (`<locks>_acquire`, `<locks>_clear_holder`, `idx_<locks>_lock_id`,
+//! `idx_<locks>_expires`).
+//!
+//! Upgrading: [`setup_schema`] brings an existing installation (an older syncguard's, or
+//! tables created by the TypeScript reference) up to date in place: it adds the `holder`
+//! column (`ALTER TABLE ... ADD COLUMN IF NOT EXISTS holder TEXT`; existing rows have no
+//! holder), the trigger and the new acquire function. The column and the trigger are added
+//! only when the catalog lacks them, so that later runs never lock the table exclusively (an
+//! `ALTER TABLE` would, even with `IF NOT EXISTS`, and would queue every lock operation behind
+//! any long reader of the table, such as a `pg_dump`). Until it has run, acquires and lookups
+//! fail with [`LockError::Internal`] saying to run it. The acquire function of older versions
+//! (seven arguments) stays, for their processes still running during a rolling upgrade.
+//!
+//! Expired rows stay until a later acquire of the same key overwrites them,
+//! [`PostgresBackend::sweep_expired`] deletes them, or (opt-in,
+//! [`PostgresConfig::with_cleanup_in_is_locked`]) `is_locked` does. Nothing deletes from the
+//! fence table.
+//!
+//! ## Compatibility with the TypeScript reference
+//!
+//! The tables and indexes are the reference's (its optional generated `expires_at_ts` and
+//! `acquired_at_ts` columns may be added), plus the nullable `holder` column, which the
+//! reference never names: its inserts leave it `NULL` (no holder: `acquire_as` does not
+//! re-enter such a lock, and lookups show none), and its releases and extends keep it with
+//! the lock it belongs to. Its acquire over an expired lock, an upsert that sets every other
+//! column, would leave the expired lock's holder on the new lock, so that this holder could
+//! re-enter a lock a TypeScript service holds: the trigger clears the holder of every row
+//! whose lock id an update changes, and this library's acquire replaces an expired row
+//! (delete and insert) rather than updating it. Storage keys are
+//! [`make_storage_key("", key, 1700, 0)`](crate::key::make_storage_key) (longer keys are
+//! hashed, see [`STORAGE_KEY_LIMIT_BYTES`]), fence keys the two-step
+//! [`make_fence_key("", storage key, 1700, 0)`](crate::key::make_fence_key), and fences the
+//! BIGINT counter, written as 15 digits in the lock row (the first is `000000000000001`).
+//! Acquires serialize on the same advisory lock as the reference's transaction. So Rust and
+//! TypeScript services sharing the tables keep mutual exclusion and fence order on every key;
+//! a test runs this backend's acquires against the reference's eight-statement transaction on
+//! one key and checks exactly that. TypeScript services do not need the acquire function.
+//! The one limit is Unicode: keys holding code points unassigned in one side's Unicode
+//! version can be stored under two names (see [`key`](crate::key#unicode-the-limit-of-the-compatibility-promise)).
+//!
+//! ## Timeouts and retries
+//!
+//! Operations fail fast, within the timeouts of the [`PostgresConfig`] (its table gives the
+//! defaults): waiting for a pooled connection
+//! ([`acquire_timeout`](PostgresConfig::with_acquire_timeout)), running the statement
+//! ([`operation_timeout`](PostgresConfig::with_operation_timeout)) and, for a retry, opening a
+//! connection ([`connect_timeout`](PostgresConfig::with_connect_timeout)). Past them an
+//! operation fails with [`LockError::NetworkTimeout`]: during a partition nothing waits
+//! longer. A server that refuses connections (down, or the wrong port) is
+//! [`LockError::ServiceUnavailable`] at once. Callers share the pool in the order they asked,
+//! one statement per checkout.
+//!
+//! - A connection whose statement did not end normally (a timeout, an I/O error, a caller
+//!   that dropped the operation) is closed, never reused.
+//! - A connection found dead (a server restart, an administrator's `pg_terminate_backend`)
+//!   costs no failed operation: the statement is retried once on a freshly opened connection.
+//!   That connection is opened outside the pool, so the pool's `after_connect` hooks do not
+//!   run on it: put session settings in the URL (`?options=-c%20search_path%3Dlocking`).
+//! - Every statement is safe to run twice: extends and reads are idempotent, a repeated
+//!   release finds nothing to release, and a retried acquire recognizes the lock its first run
+//!   may have taken (with a holder, by re-entering it). The exception is `extend_by`, which
+//!   adds its amount again if the first run was applied and only its answer lost; the answer
+//!   still gives the lock's true expiry.
+//! - An acquire whose outcome is unknown (it timed out, its connection failed, or its caller
+//!   dropped it mid-statement) may still take the lock when its statement lands: its lock id
+//!   is released in the background, up to three times, a little apart, so that the key is not
+//!   held by nobody until its ttl. Not so an `acquire_as`: it may have re-entered a lock of
+//!   its holder, whose lock id that holder's other calls know, or taken one that a later
+//!   `acquire_as` of the same holder has re-entered since; it is left to its holder, whose
+//!   next `acquire_as` re-enters it, or else to its ttl.
+//!
+//! ## Errors
+//!
+//! Database and driver errors map onto [`LockError`] as the reference's specification
+//! classifies them. The message says what happened and what to do; the driver's error (the
+//! server's, with its SQLSTATE, or the I/O error) is kept as the
+//! [`source`](std::error::Error::source):
+//!
+//! | error | [`LockError`] |
+//! |---|---|
+//! | connection refused, reset or failed; SQLSTATE classes 08, 53, 57 (server shutdown, terminated backend) and 40 (serialization failure, deadlock); a closed pool; TLS failures | `ServiceUnavailable` |
+//! | the connect, acquire and operation timeouts; a statement timeout (`57014`) | `NetworkTimeout` |
+//! | every pooled connection busy past the acquire timeout | `RateLimited` |
+//! | `28000`, `28P01` (authentication), `42501` (no privilege) | `AuthFailed` |
+//! | classes 22 and 23 (bad data); invalid connection settings; a missing database (`3D000`, naming it) | `InvalidArgument` |
+//! | missing tables, columns or acquire function (`42P01`, `42703`, `42883`: run [`setup_schema`]); a damaged or exhausted fence counter; anything else | `Internal` |
 //!
 //! ## TLS
 //!
@@ -50,6 +163,7 @@
 //! # let _ = backend; Ok(()) }
 //! ```
 
+mod acquire;
 mod builder;
 mod config;
 mod error;
@@ -90,29 +204,36 @@ pub use crate::time::CLEANUP_GUARD_MS;
 /// [`pool_options`](Self::pool_options), so that checkouts cost no ping), after
 /// [`setup_schema`] (or the `schema.sql` migration).
 ///
-/// Every operation takes a connection from the pool for one statement and gives it back:
-/// callers share the pool in the order they asked. Operations fail fast, within the
-/// [timeouts](PostgresConfig) of the configuration; a connection found dead (a server
-/// restart, a terminated backend) costs no failed operation, as the statement is retried once
-/// on a fresh connection.
+/// Every operation takes a connection from the pool for one statement and gives it back. It
+/// fails fast, within the timeouts of the configuration, and a connection found dead costs
+/// no failed operation (see [timeouts and retries](self#timeouts-and-retries)).
 #[derive(Clone)]
 pub struct PostgresBackend {
     session: Arc<Session>,
     inner: Arc<Inner>,
 }
 
-/// Creates the tables, indexes and the acquire function for `config`, if missing. Idempotent
-/// and safe to run from several processes at once; run it at startup, or apply
-/// [`SCHEMA_SQL`] / [`PostgresConfig::schema_sql`] as a migration instead.
+/// Creates the tables, indexes, trigger and functions for `config`, if missing, and adds the
+/// `holder` column to a lock table created without it. Idempotent and safe to run from
+/// several processes at once; run it at startup, or apply [`SCHEMA_SQL`] /
+/// [`PostgresConfig::schema_sql`] as a migration instead.
 ///
 /// # Errors
-/// [`LockError::InvalidArgument`] for a bad configuration (before any I/O); mapped database
-/// errors (for example [`LockError::AuthFailed`] without the `CREATE` privilege).
+/// [`LockError::InvalidArgument`] for a bad configuration (before any I/O) or a pool whose
+/// database does not exist; mapped database errors (for example [`LockError::AuthFailed`]
+/// without the `CREATE` privilege).
 pub async fn setup_schema(pool: &PgPool, config: &PostgresConfig) -> Result<(), LockError> {
     let ddl = config.schema_sql()?;
     let mut tx = pool.begin().await.map_err(|e| map_error(e, Some(pool)))?;
     // Concurrent CREATE ... IF NOT EXISTS can still collide in the catalogs; serialize them.
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext('syncguard:setup_schema'))")
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, Some(pool)))?;
+    // Once the schema exists, every CREATE ... IF NOT EXISTS makes the server send a notice
+    // ("relation ... already exists, skipping"), which sqlx logs at INFO: four lines at every
+    // start. Warnings still come through; the setting ends with the transaction.
+    sqlx::query("SET LOCAL client_min_messages = warning")
         .execute(&mut *tx)
         .await
         .map_err(|e| map_error(e, Some(pool)))?;
@@ -158,7 +279,8 @@ impl PostgresBackend {
     /// ```
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] for a bad URL;
+    /// [`LockError::InvalidArgument`] for a bad URL, or one naming a database the server does
+    /// not have;
     /// [`LockError::ServiceUnavailable`] at once when nothing listens at the URL's address;
     /// [`LockError::NetworkTimeout`] when connecting takes longer than the connect timeout;
     /// [`LockError::ServiceUnavailable`] when TLS fails (the server's certificate rejected, or

@@ -1,96 +1,22 @@
-//! The operations, one statement each through the session, and the [`LockBackend`]
-//! implementation on top.
+//! The operations other than acquire (`acquire.rs`), one statement each through the session,
+//! and the [`LockBackend`] implementation on top.
 
 use std::time::Duration;
 
-use sqlx::Row;
 use sqlx::postgres::PgRow;
+use sqlx::{Row, SqlStr};
 
-use super::in_doubt::AcquireInDoubt;
-use super::session::{Attempt, boxed};
+use super::session::boxed;
 use super::{CLEANUP_GUARD_MS, PostgresBackend, STORAGE_KEY_LIMIT_BYTES};
 use crate::backend::{
-    AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, Lease, LockBackend, LockInfo, Lookup,
+    AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockInfo, Lookup,
     NotHeldReason, ReleaseOutcome, TimeAuthority,
 };
-use crate::key::{make_fence_key, make_storage_key, normalize_key};
+use crate::key::{make_storage_key, normalize_key};
 use crate::time::{TIME_TOLERANCE_MS, ttl_millis};
-use crate::{FENCE_MAX, Fence, LockError, LockId};
+use crate::{LockError, LockId};
 
 impl PostgresBackend {
-    async fn acquire_impl(&self, key: &str, ttl: Duration) -> Result<AcquireOutcome, LockError> {
-        let key = normalize_key(key)?;
-        let ttl_ms = ttl_millis(ttl)?;
-        let storage_key = make_storage_key("", &key, STORAGE_KEY_LIMIT_BYTES, 0)?;
-        let fence_key = make_fence_key("", &storage_key, STORAGE_KEY_LIMIT_BYTES, 0)?;
-        let lock_id = LockId::generate();
-        let (acquire, lookup_by_id) = (&self.inner.acquire, &self.inner.lookup_by_id);
-        let in_doubt = AcquireInDoubt::new(self, &lock_id, ttl);
-        let outcome = self
-            .session
-            .run(|conn, attempt| {
-                let (key, storage_key, fence_key) =
-                    (key.to_string(), storage_key.clone(), fence_key.clone());
-                let lock_id = lock_id.as_str().to_owned();
-                let (acquire, lookup_by_id) = (acquire.clone(), lookup_by_id.clone());
-                boxed(async move {
-                    let row = sqlx::query(acquire)
-                        .bind(&storage_key)
-                        .bind(&key)
-                        .bind(&fence_key)
-                        .bind(&lock_id)
-                        .bind(as_bigint(ttl_ms))
-                        .bind(as_bigint(TIME_TOLERANCE_MS))
-                        .bind(as_bigint(FENCE_MAX))
-                        .fetch_one(&mut *conn)
-                        .await?;
-                    if attempt == Attempt::Retry && !row.try_get::<bool, _>(0)? {
-                        // The first run may have taken the lock before its connection died:
-                        // then the lock it finds is its own.
-                        let own = sqlx::query(lookup_by_id)
-                            .bind(&lock_id)
-                            .bind(as_bigint(TIME_TOLERANCE_MS))
-                            .fetch_optional(&mut *conn)
-                            .await?;
-                        return Ok(Acquired::from_lookup(own));
-                    }
-                    Ok(Acquired::Row(row))
-                })
-            })
-            .await;
-        match outcome {
-            // A retry found another holder: the first run may still land, so the acquire stays
-            // in doubt (released in the background when `in_doubt` drops).
-            Ok(Acquired::HeldByAnother) => Ok(AcquireOutcome::Contended),
-            Ok(Acquired::Row(row)) => {
-                in_doubt.settle();
-                if !row.try_get::<bool, _>(0).map_err(decode_error)? {
-                    return Ok(AcquireOutcome::Contended);
-                }
-                let expires_at_ms = millis(&row, 1)?;
-                let fence = Fence::new(millis(&row, 2)?)?;
-                Ok(AcquireOutcome::Acquired(Lease::new(
-                    lock_id,
-                    expires_at_ms,
-                    fence,
-                )))
-            }
-            Ok(Acquired::OwnLock(row)) => {
-                in_doubt.settle();
-                let fence: String = row.try_get(4).map_err(decode_error)?;
-                Ok(AcquireOutcome::Acquired(Lease::new(
-                    lock_id,
-                    millis(&row, 2)?,
-                    fence.parse()?,
-                )))
-            }
-            Err(error) => {
-                in_doubt.settle_if_certain(&error);
-                Err(error)
-            }
-        }
-    }
-
     pub(super) async fn release_impl(&self, lock_id: &LockId) -> Result<ReleaseOutcome, LockError> {
         let sql = &self.inner.release;
         let row = self
@@ -113,20 +39,28 @@ impl PostgresBackend {
         })
     }
 
-    async fn extend_impl(
+    /// Runs `sql`, the extend statement or the extend-by one, on the live lock of `lock_id`
+    /// with `amount` (a ttl, or the time to add to the expiry).
+    ///
+    /// Extends set the expiry from the clock, so a retry after a dead connection is harmless.
+    /// An extend by an amount is not idempotent: if the first run was applied and only its
+    /// answer lost (the connection died while the answer was on its way), the retry adds the
+    /// amount once more. It still never revives a lock nor touches another one, and its answer
+    /// is the stored expiry, so the caller learns the lock's true expiry.
+    async fn extend_with(
         &self,
+        sql: &SqlStr,
         lock_id: &LockId,
-        ttl: Duration,
+        amount: Duration,
     ) -> Result<ExtendOutcome, LockError> {
-        let ttl_ms = ttl_millis(ttl)?;
-        let sql = &self.inner.extend;
+        let amount_ms = ttl_millis(amount)?;
         let row = self
             .session
             .run(|conn, _| {
                 boxed(
                     sqlx::query(sql.clone())
                         .bind(lock_id.as_str().to_owned())
-                        .bind(as_bigint(ttl_ms))
+                        .bind(as_bigint(amount_ms))
                         .bind(as_bigint(TIME_TOLERANCE_MS))
                         .fetch_one(conn),
                 )
@@ -213,8 +147,7 @@ impl PostgresBackend {
             .await?;
         let Some(row) = row else { return Ok(None) };
         let stored_id: String = row.try_get(1).map_err(decode_error)?;
-        let stored_id = LockId::parse(&stored_id)
-            .map_err(|_| LockError::internal("stored lock_id is malformed"))?;
+        let stored_id = parse_lock_id(&stored_id)?;
         // Explicit ownership check (ADR-003), even though the query filtered on it.
         if let Lookup::LockId(lock_id) = query
             && stored_id != *lock_id
@@ -222,13 +155,16 @@ impl PostgresBackend {
             return Ok(None);
         }
         let fence: String = row.try_get(4).map_err(decode_error)?;
-        Ok(Some(LockInfo::new(
-            row.try_get(0).map_err(decode_error)?,
-            stored_id,
-            millis(&row, 2)?,
-            millis(&row, 3)?,
-            fence.parse()?,
-        )))
+        Ok(Some(
+            LockInfo::new(
+                row.try_get(0).map_err(decode_error)?,
+                stored_id,
+                millis(&row, 2)?,
+                millis(&row, 3)?,
+                fence.parse()?,
+            )
+            .with_holder(row.try_get(5).map_err(decode_error)?),
+        ))
     }
 }
 
@@ -238,7 +174,16 @@ impl LockBackend for PostgresBackend {
         key: &'a str,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
-        Box::pin(self.acquire_impl(key, ttl))
+        Box::pin(self.acquire_impl(key, ttl, None))
+    }
+
+    fn acquire_as<'a>(
+        &'a self,
+        key: &'a str,
+        ttl: Duration,
+        holder: &'a str,
+    ) -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
+        Box::pin(self.acquire_impl(key, ttl, Some(holder)))
     }
 
     fn release<'a>(
@@ -253,7 +198,15 @@ impl LockBackend for PostgresBackend {
         lock_id: &'a LockId,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
-        Box::pin(self.extend_impl(lock_id, ttl))
+        Box::pin(self.extend_with(&self.inner.extend, lock_id, ttl))
+    }
+
+    fn extend_by<'a>(
+        &'a self,
+        lock_id: &'a LockId,
+        by: Duration,
+    ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
+        Box::pin(self.extend_with(&self.inner.extend_by, lock_id, by))
     }
 
     fn is_locked<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
@@ -268,23 +221,7 @@ impl LockBackend for PostgresBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new("postgres", TimeAuthority::Server)
-    }
-}
-
-/// What an acquire statement found.
-enum Acquired {
-    /// The acquire function's row: taken, or contended.
-    Row(PgRow),
-    /// A retried acquire found the lock its first run took (a lookup row).
-    OwnLock(PgRow),
-    /// A retried acquire found another holder.
-    HeldByAnother,
-}
-
-impl Acquired {
-    fn from_lookup(row: Option<PgRow>) -> Self {
-        row.map_or(Self::HeldByAnother, Self::OwnLock)
+        Capabilities::new("postgres", TimeAuthority::Server).with_holders()
     }
 }
 
@@ -301,11 +238,11 @@ pub(super) fn guarded_tolerance_ms() -> i64 {
 }
 
 /// Our millisecond values (validated ttls, constants) always fit a BIGINT.
-fn as_bigint(value: u64) -> i64 {
+pub(super) fn as_bigint(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
-fn millis(row: &PgRow, index: usize) -> Result<u64, LockError> {
+pub(super) fn millis(row: &PgRow, index: usize) -> Result<u64, LockError> {
     to_millis(row.try_get::<i64, _>(index).map_err(decode_error)?)
 }
 
@@ -314,6 +251,11 @@ fn to_millis(value: i64) -> Result<u64, LockError> {
         .map_err(|_| LockError::internal(format!("stored timestamp {value} is negative")))
 }
 
-fn decode_error(error: sqlx::Error) -> LockError {
+pub(super) fn decode_error(error: sqlx::Error) -> LockError {
     LockError::internal("unexpected column in a syncguard PostgreSQL result").with_source(error)
+}
+
+/// A lock id read from the table.
+pub(super) fn parse_lock_id(stored: &str) -> Result<LockId, LockError> {
+    LockId::parse(stored).map_err(|_| LockError::internal("stored lock_id is malformed"))
 }

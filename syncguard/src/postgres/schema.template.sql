@@ -8,10 +8,47 @@ CREATE TABLE IF NOT EXISTS {locks} (
   expires_at_ms BIGINT NOT NULL, -- Unix ms, server time
   acquired_at_ms BIGINT NOT NULL,
   fence TEXT NOT NULL,           -- 15-digit zero-padded
-  user_key TEXT NOT NULL         -- the NFC-normalized user key
+  user_key TEXT NOT NULL,        -- the NFC-normalized user key
+  holder TEXT                    -- who took it (LockBackend::acquire_as); NULL when nobody said
 );
 CREATE UNIQUE INDEX IF NOT EXISTS {idx_lock_id} ON {locks} (lock_id);
 CREATE INDEX IF NOT EXISTS {idx_expires} ON {locks} (expires_at_ms);
+
+-- The holder column, added to tables created without it (by an older syncguard, or by the
+-- TypeScript reference, whose statements never name it). The catalog is checked first: ALTER
+-- TABLE locks the table exclusively even when the column exists, and would wait for (and make
+-- every lock operation wait behind) any long reader of the table, such as a pg_dump.
+DO $syncguard$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                 WHERE attrelid = '{locks}'::regclass AND attname = 'holder' AND NOT attisdropped) THEN
+    ALTER TABLE {locks} ADD COLUMN IF NOT EXISTS holder TEXT;
+  END IF;
+END
+$syncguard$;
+
+-- A holder belongs to the lock it was stored with. A writer that gives the row another lock id
+-- without naming the holder (the TypeScript reference's upsert over an expired lock, or an
+-- older syncguard's) would otherwise hand the new lock the previous holder, who could then
+-- re-enter a lock it never took: the row loses its holder instead. This library never changes
+-- a row's lock id by UPDATE (its acquire deletes the expired row and inserts the new one).
+CREATE OR REPLACE FUNCTION {clear_holder}() RETURNS trigger
+LANGUAGE plpgsql AS $syncguard$
+BEGIN
+  NEW.holder := NULL;
+  RETURN NEW;
+END
+$syncguard$;
+DO $syncguard$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_trigger
+                 WHERE tgrelid = '{locks}'::regclass AND tgname = 'syncguard_clear_holder') THEN
+    CREATE TRIGGER syncguard_clear_holder BEFORE UPDATE ON {locks}
+      FOR EACH ROW WHEN (NEW.lock_id IS DISTINCT FROM OLD.lock_id)
+      EXECUTE FUNCTION {clear_holder}();
+  END IF;
+END
+$syncguard$;
 
 -- Fence counters: one row per key ever locked. NEVER delete from this table: fences must
 -- keep increasing across releases, expiry, cleanup and restarts.
@@ -23,7 +60,11 @@ CREATE TABLE IF NOT EXISTS {fences} (
 
 -- Acquire in one round trip: the reference's transaction (advisory lock on the storage key,
 -- liveness check, fence increment, lock upsert) as one server-side call. The advisory lock is
--- the reference's, so acquires by TypeScript services serialize with these.
+-- the reference's, so acquires by TypeScript services serialize with these. With a holder
+-- (p_holder, NULL for none), a live lock stored with the same holder is re-entered: a fresh
+-- lease (expires now + ttl, acquired now), the same lock id and fence. Returns the lock id
+-- held: the new one, or the re-entered one. (Installations set up before holders also keep
+-- the seven-argument version of this function, which older syncguard versions call.)
 CREATE OR REPLACE FUNCTION {acquire}(
   p_key TEXT,
   p_user_key TEXT,
@@ -31,22 +72,32 @@ CREATE OR REPLACE FUNCTION {acquire}(
   p_lock_id TEXT,
   p_ttl_ms BIGINT,
   p_tolerance_ms BIGINT,
-  p_fence_max BIGINT
-) RETURNS TABLE (acquired BOOLEAN, expires_at_ms BIGINT, fence BIGINT)
+  p_fence_max BIGINT,
+  p_holder TEXT
+) RETURNS TABLE (acquired BOOLEAN, expires_at_ms BIGINT, fence BIGINT, lock_id TEXT)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 DECLARE
   v_now BIGINT;
-  v_current BIGINT;
+  v_current RECORD;
+  v_stored BOOLEAN;
   v_fence BIGINT;
 BEGIN
   PERFORM pg_advisory_xact_lock(hashtext(p_key));
   -- Taken after the advisory lock, so it is never older than a competing holder's write.
   v_now := floor(extract(epoch FROM clock_timestamp()) * 1000)::BIGINT;
 
-  SELECT l.expires_at_ms INTO v_current FROM {locks} AS l WHERE l.key = p_key FOR UPDATE;
-  IF FOUND AND v_current > v_now - p_tolerance_ms THEN
-    RETURN QUERY SELECT FALSE, v_current, NULL::BIGINT;
+  SELECT l.expires_at_ms, l.lock_id, l.fence, l.holder INTO v_current
+    FROM {locks} AS l WHERE l.key = p_key FOR UPDATE;
+  v_stored := FOUND;
+  IF v_stored AND v_current.expires_at_ms > v_now - p_tolerance_ms THEN
+    IF p_holder IS NOT NULL AND v_current.holder = p_holder THEN
+      UPDATE {locks} AS l SET expires_at_ms = v_now + p_ttl_ms, acquired_at_ms = v_now
+        WHERE l.key = p_key;
+      RETURN QUERY SELECT TRUE, v_now + p_ttl_ms, v_current.fence::BIGINT, v_current.lock_id;
+      RETURN;
+    END IF;
+    RETURN QUERY SELECT FALSE, v_current.expires_at_ms, NULL::BIGINT, NULL::TEXT;
     RETURN;
   END IF;
 
@@ -65,14 +116,14 @@ BEGIN
       USING ERRCODE = 'SGFEN';
   END IF;
 
-  INSERT INTO {locks} AS l (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key)
-  VALUES (p_key, p_lock_id, v_now + p_ttl_ms, v_now, lpad(v_fence::TEXT, 15, '0'), p_user_key)
-  ON CONFLICT (key) DO UPDATE SET
-    lock_id = EXCLUDED.lock_id,
-    expires_at_ms = EXCLUDED.expires_at_ms,
-    acquired_at_ms = EXCLUDED.acquired_at_ms,
-    fence = EXCLUDED.fence,
-    user_key = EXCLUDED.user_key;
-  RETURN QUERY SELECT TRUE, v_now + p_ttl_ms, v_fence;
+  -- The expired lock is replaced by delete and insert, not by an update that changes its lock
+  -- id (which clears the holder, see above). The advisory lock and the row lock keep the key
+  -- to this call meanwhile.
+  IF v_stored THEN
+    DELETE FROM {locks} AS l WHERE l.key = p_key;
+  END IF;
+  INSERT INTO {locks} (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key, holder)
+  VALUES (p_key, p_lock_id, v_now + p_ttl_ms, v_now, lpad(v_fence::TEXT, 15, '0'), p_user_key, p_holder);
+  RETURN QUERY SELECT TRUE, v_now + p_ttl_ms, v_fence, p_lock_id;
 END
 $syncguard$;

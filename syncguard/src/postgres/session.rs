@@ -13,7 +13,10 @@
 //! - A statement whose connection was dead (closed by a server restart, terminated by an
 //!   administrator) is retried once, on a freshly opened connection. Every statement of the
 //!   backend may run twice: extends and reads are idempotent, a second release finds nothing
-//!   to release, and a retried acquire recognizes a lock held by its own lock id.
+//!   to release, a retried acquire recognizes a lock held by its own lock id, and a retried
+//!   acquire with a holder re-enters what its first run took (`acquire.rs`). The one
+//!   exception, an extend *by an amount*, may add it twice when the first run's answer was
+//!   lost; its answer then says the true expiry (`operations.rs`).
 
 use std::future::Future;
 use std::io::ErrorKind;
@@ -142,10 +145,10 @@ impl Session {
             sleep(PROBE_AFTER).await;
             // Only while the pool is opening a connection: a pool whose connections are all
             // busy is waited for, not probed.
-            if self.pool.size() < self.pool.options().get_max_connections() {
-                if let Some(error) = self.refusal().await {
-                    return error;
-                }
+            if self.pool.size() < self.pool.options().get_max_connections()
+                && let Some(error) = self.refusal().await
+            {
+                return error;
             }
             std::future::pending().await
         };

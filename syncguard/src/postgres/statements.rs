@@ -21,6 +21,7 @@ pub(super) struct Inner {
     pub(super) acquire: SqlStr,
     pub(super) release: SqlStr,
     pub(super) extend: SqlStr,
+    pub(super) extend_by: SqlStr,
     pub(super) is_locked: SqlStr,
     pub(super) lookup_by_key: SqlStr,
     pub(super) lookup_by_id: SqlStr,
@@ -44,13 +45,16 @@ impl Inner {
         let now = now_ms!();
         let lookup = |column: &str| {
             statement(format!(
-                "SELECT user_key, lock_id, expires_at_ms, acquired_at_ms, fence FROM {locks} \
+                "SELECT user_key, lock_id, expires_at_ms, acquired_at_ms, fence, holder FROM {locks} \
                  WHERE {column} = $1 AND expires_at_ms > {now} - $2"
             ))
         };
         Ok(Self {
+            // With a holder ($8, NULL for none) it also re-enters that holder's live lock, and
+            // answers with the lock id held (the re-entered one).
             acquire: statement(format!(
-                "SELECT acquired, expires_at_ms, fence FROM {acquire_fn}($1, $2, $3, $4, $5, $6, $7)"
+                "SELECT acquired, expires_at_ms, fence, lock_id \
+                 FROM {acquire_fn}($1, $2, $3, $4, $5, $6, $7, $8)"
             )),
             // Resolve, verify ownership and liveness, and delete in one atomic statement. A
             // competing writer makes PostgreSQL re-check `lock_id` and expiry on the row's
@@ -64,6 +68,14 @@ impl Inner {
                 "WITH target AS (SELECT 1 FROM {locks} WHERE lock_id = $1), \
                  clock AS (SELECT {now} AS ms), \
                  extended AS (UPDATE {locks} SET expires_at_ms = clock.ms + $2 FROM clock \
+                   WHERE lock_id = $1 AND expires_at_ms > clock.ms - $3 RETURNING expires_at_ms) \
+                 SELECT (SELECT expires_at_ms FROM extended) AS expires_at_ms, EXISTS (SELECT 1 FROM target) AS found"
+            )),
+            // As `extend`, adding $2 to the stored expiry instead of to the clock.
+            extend_by: statement(format!(
+                "WITH target AS (SELECT 1 FROM {locks} WHERE lock_id = $1), \
+                 clock AS (SELECT {now} AS ms), \
+                 extended AS (UPDATE {locks} SET expires_at_ms = expires_at_ms + $2 FROM clock \
                    WHERE lock_id = $1 AND expires_at_ms > clock.ms - $3 RETURNING expires_at_ms) \
                  SELECT (SELECT expires_at_ms FROM extended) AS expires_at_ms, EXISTS (SELECT 1 FROM target) AS found"
             )),

@@ -13,6 +13,7 @@ use crate::{LockError, LockId};
 /// One call, with the keys and arguments the batch script takes for it.
 #[derive(Clone)]
 pub(crate) enum Op {
+    /// With a `holder` (`acquire_as`): re-entrant by that holder, and the holder stored.
     Acquire {
         lock_key: String,
         index_key: String,
@@ -20,6 +21,7 @@ pub(crate) enum Op {
         lock_id: LockId,
         ttl_ms: u64,
         key: String,
+        holder: Option<String>,
     },
     /// `lock_key` when the caller knows it (it took the lock): the index is not read.
     Release {
@@ -27,11 +29,13 @@ pub(crate) enum Op {
         index_key: String,
         lock_id: LockId,
     },
+    /// `by`: `ttl_ms` is added to the current expiry (`extend_by`) instead of to now.
     Extend {
         lock_key: Option<String>,
         index_key: String,
         lock_id: LockId,
         ttl_ms: u64,
+        by: bool,
     },
 }
 
@@ -47,9 +51,15 @@ impl Op {
 
     pub(super) fn args(&self) -> usize {
         match self {
-            Op::Acquire { .. } => 5,
+            Op::Acquire { holder, .. } => 5 + usize::from(holder.is_some()),
             Op::Release { .. } => 2,
-            Op::Extend { .. } => 4,
+            Op::Extend { by, .. } => {
+                if *by {
+                    3
+                } else {
+                    4
+                }
+            }
         }
     }
 
@@ -60,8 +70,16 @@ impl Op {
                 index_key,
                 fence_key,
                 key,
+                holder,
                 ..
-            } => lock_key.len() + index_key.len() + fence_key.len() + key.len() + 64,
+            } => {
+                lock_key.len()
+                    + index_key.len()
+                    + fence_key.len()
+                    + key.len()
+                    + holder.as_ref().map_or(0, String::len)
+                    + 64
+            }
             Op::Release {
                 lock_key,
                 index_key,
@@ -77,7 +95,8 @@ impl Op {
 }
 
 /// What an operation got back: its slot of the batch reply, and the server time of the batch
-/// (an acquire or extend that succeeded expires at `now_ms + ttl`).
+/// (an acquire or extend that succeeded expires at `now_ms + ttl`; an extend by an amount
+/// replies its new expiry).
 pub(crate) struct Reply {
     pub(crate) value: Value,
     pub(crate) now_ms: u64,
@@ -155,13 +174,17 @@ pub(super) async fn send(
                 lock_id,
                 ttl_ms,
                 key,
+                holder,
                 ..
             } => {
-                cmd.arg("A")
+                cmd.arg(if holder.is_some() { "H" } else { "A" })
                     .arg(lock_id.as_str())
                     .arg(*ttl_ms)
                     .arg(ttl_ms + TIME_TOLERANCE_MS)
                     .arg(key.as_str());
+                if let Some(holder) = holder {
+                    cmd.arg(holder.as_str());
+                }
             }
             Op::Release {
                 lock_key, lock_id, ..
@@ -173,12 +196,24 @@ pub(super) async fn send(
                 lock_key,
                 lock_id,
                 ttl_ms,
+                by: false,
                 ..
             } => {
                 cmd.arg(if lock_key.is_some() { "e" } else { "E" })
                     .arg(lock_id.as_str())
                     .arg(*ttl_ms)
                     .arg(ttl_ms + TIME_TOLERANCE_MS);
+            }
+            Op::Extend {
+                lock_key,
+                lock_id,
+                ttl_ms,
+                by: true,
+                ..
+            } => {
+                cmd.arg(if lock_key.is_some() { "b" } else { "B" })
+                    .arg(lock_id.as_str())
+                    .arg(*ttl_ms);
             }
         }
     }

@@ -197,7 +197,7 @@ impl RedisBackendBuilder {
                         "invalid Redis URL or TLS root certificates; tls_root_certs needs a \
                          rediss:// URL and PEM-encoded CA certificates",
                     )
-                    .with_source(error)
+                    .with_source(super::error::driver_error(error))
                 },
             );
         }
@@ -206,7 +206,7 @@ impl RedisBackendBuilder {
                 "invalid Redis URL; expected redis://[user:password@]host[:port][/db] (or \
                  rediss:// with the redis-tls feature)",
             )
-            .with_source(error)
+            .with_source(super::error::driver_error(error))
         })
     }
 

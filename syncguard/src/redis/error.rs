@@ -1,9 +1,18 @@
-//! Mapping of redis-rs and deadpool errors to [`LockError`], the driver error kept as source.
+//! Mapping of redis-rs and deadpool errors to [`LockError`].
+//!
+//! The message says what happened in our words and what to do; the driver's error is only
+//! the [`source`](std::error::Error::source), unwrapped from redis-rs's [`RedisError`] (whose
+//! text is its source's), so that a reporter that walks the chain prints the driver's text
+//! once (see [`driver_error`]).
 
-use deadpool_redis::{PoolError, TimeoutType};
-use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
+use std::error::Error;
+use std::io;
+use std::sync::Arc;
 
-use crate::LockError;
+use deadpool_redis::{HookError, PoolError, TimeoutType};
+use redis::{ErrorKind, ParsingError, RedisError, ServerError, ServerErrorKind, Value};
+
+use crate::{BoxError, LockError};
 
 /// Maps a redis-rs error (seed 004): connection errors → `ServiceUnavailable`, NOAUTH /
 /// WRONGPASS / NOPERM → `AuthFailed`, WRONGTYPE, our scripts' BADDATA and script errors on bad data →
@@ -11,7 +20,7 @@ use crate::LockError;
 pub(crate) fn map_redis_error(error: RedisError) -> LockError {
     #[cfg(feature = "redis-tls")]
     if let Some(tls) = crate::tls::rustls_error(&error) {
-        return tls_error(tls).with_source(error);
+        return tls_error(tls).with_source(driver_error(error));
     }
     let code = error.code().unwrap_or("");
     let kind = error.kind();
@@ -34,9 +43,13 @@ pub(crate) fn map_redis_error(error: RedisError) -> LockError {
             "Redis lost the syncguard scripts again right after they were loaded (repeated \
              SCRIPT FLUSH or failover); retry later",
         )
+    } else if error.is_connection_refusal() {
+        LockError::service_unavailable(
+            "Redis refused the connection: is the server running, and is this its address \
+             and port?",
+        )
     } else if kind == ErrorKind::Io
         || error.is_connection_dropped()
-        || error.is_connection_refusal()
         || matches!(
             kind,
             ErrorKind::Server(
@@ -70,7 +83,37 @@ pub(crate) fn map_redis_error(error: RedisError) -> LockError {
             code_or_category(&error)
         ))
     };
-    mapped.with_source(error)
+    mapped.with_source(driver_error(error))
+}
+
+/// The error to keep as the source: the one inside redis-rs's error, whose text is exactly
+/// its source's (a refused connection would print "Connection refused (os error 111)" twice
+/// otherwise). A server's reply comes out as [`ServerError`] (with its code), a malformed
+/// reply as [`ParsingError`], an I/O error as [`io::Error`] (of the same kind, the same OS
+/// error, and the same error inside); redis-rs's errors without a source are kept whole.
+pub(crate) fn driver_error(error: RedisError) -> BoxError {
+    let Some(inner) = error.source() else {
+        return Box::new(error);
+    };
+    if let Some(server) = inner.downcast_ref::<ServerError>() {
+        return Box::new(server.clone());
+    }
+    if let Some(parsing) = inner.downcast_ref::<ParsingError>() {
+        return Box::new(parsing.clone());
+    }
+    // redis-rs shares the error of a failed connection or conversion among the clones of
+    // its error, in an `Arc`.
+    if let Some(shared) = inner.downcast_ref::<Arc<dyn Error + Send + Sync>>() {
+        return match shared.downcast_ref::<io::Error>() {
+            Some(io) => Box::new(match io.raw_os_error() {
+                Some(code) => io::Error::from_raw_os_error(code),
+                // `io::Error` is transparent: its text and source are the shared error's.
+                None => io::Error::new(io.kind(), Arc::clone(shared)),
+            }),
+            None => Box::new(Arc::clone(shared)),
+        };
+    }
+    Box::new(error)
 }
 
 /// A TLS failure, in the handshake mostly: a connection error (`ServiceUnavailable`), with
@@ -85,7 +128,7 @@ fn tls_error(tls: &rustls::Error) -> LockError {
         }
         _ => "",
     };
-    LockError::service_unavailable(format!("Redis TLS connection failed: {tls}{hint}"))
+    LockError::service_unavailable(format!("Redis TLS connection failed{hint}"))
 }
 
 fn code_or_category(error: &RedisError) -> &str {
@@ -95,17 +138,20 @@ fn code_or_category(error: &RedisError) -> &str {
 /// Maps a deadpool pool error: timeouts → `NetworkTimeout`, backend errors as the redis error,
 /// a closed pool → `ServiceUnavailable`.
 pub(crate) fn map_pool_error(error: PoolError) -> LockError {
-    let mapped = pool_error(&error);
     match error {
-        PoolError::Backend(_) | PoolError::Timeout(_) | PoolError::Closed => mapped,
-        other => mapped.with_source(other),
+        PoolError::Backend(error) | PoolError::PostCreateHook(HookError::Backend(error)) => {
+            map_redis_error(error)
+        }
+        other => pool_error(&other),
     }
 }
 
 /// [`map_pool_error`] for an error shared by several callers (a failed batch).
 pub(crate) fn pool_error(error: &PoolError) -> LockError {
     match error {
-        PoolError::Backend(error) => map_redis_error(error.clone()),
+        PoolError::Backend(error) | PoolError::PostCreateHook(HookError::Backend(error)) => {
+            map_redis_error(error.clone())
+        }
         PoolError::Timeout(kind) => {
             let what = match kind {
                 TimeoutType::Wait => "waiting for a free pooled connection",
@@ -120,7 +166,14 @@ pub(crate) fn pool_error(error: &PoolError) -> LockError {
         }
         PoolError::Closed => LockError::service_unavailable("the Redis connection pool was closed")
             .with_source(PoolError::Closed),
-        other => LockError::internal(format!("Redis connection pool failed: {other}")),
+        PoolError::PostCreateHook(HookError::Message(message)) => {
+            LockError::internal("a hook of the Redis connection pool failed")
+                .with_source(message.to_string())
+        }
+        PoolError::NoRuntimeSpecified => {
+            LockError::internal("the Redis connection pool has no async runtime")
+                .with_source(PoolError::NoRuntimeSpecified)
+        }
     }
 }
 
@@ -152,7 +205,6 @@ pub(crate) fn unexpected_reply(script: &str, reply: &Value) -> LockError {
 mod tests {
     use super::*;
     use crate::ErrorCode;
-    use std::error::Error as _;
 
     fn server(code: &str, detail: &str) -> RedisError {
         redis::make_extension_error(code.to_owned(), Some(detail.to_owned()))
@@ -191,7 +243,10 @@ mod tests {
         let err = map_redis_error(RedisError::from(io));
         assert_eq!(err.code(), ErrorCode::ServiceUnavailable);
         assert!(err.to_string().contains("tls_root_certs"), "{err}");
-        assert!(err.source().is_some());
+        // rustls' words once, as the source; still found behind it.
+        let text = chain(&err);
+        assert_eq!(text.matches("UnknownIssuer").count(), 1, "{text}");
+        assert!(crate::tls::rustls_error(err.source().unwrap()).is_some());
     }
 
     #[test]
@@ -223,6 +278,60 @@ mod tests {
             Value::Array(vec![Value::Int(1), Value::Int(5)]),
         ] {
             assert_eq!(error_from_reply(reply.clone()).unwrap(), reply);
+        }
+    }
+
+    /// `error`'s message and every source's, as anyhow's `{:#}` prints them.
+    fn chain(error: &LockError) -> String {
+        let mut text = error.to_string();
+        let mut source = error.source();
+        while let Some(cause) = source {
+            text.push_str(&format!(": {cause}"));
+            source = cause.source();
+        }
+        text
+    }
+
+    #[test]
+    fn the_driver_text_appears_once_in_the_chain() {
+        let refused = io::Error::new(io::ErrorKind::ConnectionRefused, "driver text");
+        let error = map_redis_error(RedisError::from(refused));
+        assert_eq!(error.code(), ErrorCode::ServiceUnavailable);
+        assert!(error.to_string().contains("refused"), "{error}");
+        let text = chain(&error);
+        assert_eq!(text.matches("driver text").count(), 1, "{text}");
+        let source = error.source().expect("the driver error is kept");
+        assert_eq!(
+            source.downcast_ref::<io::Error>().map(io::Error::kind),
+            Some(io::ErrorKind::ConnectionRefused)
+        );
+
+        // The operating system's error comes out as itself.
+        let os = RedisError::from(io::Error::from_raw_os_error(111));
+        let error = map_redis_error(os);
+        let source = error.source().unwrap().downcast_ref::<io::Error>();
+        assert_eq!(source.and_then(io::Error::raw_os_error), Some(111));
+        let text = chain(&error);
+        assert_eq!(text.matches("os error").count(), 1, "{text}");
+
+        // A server's reply, with its code.
+        let error = map_redis_error(server("NOPERM", "driver text"));
+        let text = chain(&error);
+        assert_eq!(text.matches("driver text").count(), 1, "{text}");
+        let source = error.source().unwrap().downcast_ref::<ServerError>();
+        assert_eq!(source.map(ServerError::code), Some("NOPERM"));
+
+        // Through the pool.
+        let refused = io::Error::new(io::ErrorKind::ConnectionRefused, "driver text");
+        for error in [
+            map_pool_error(PoolError::Backend(RedisError::from(refused))),
+            pool_error(&PoolError::PostCreateHook(HookError::Backend(server(
+                "NOPERM",
+                "driver text",
+            )))),
+        ] {
+            let text = chain(&error);
+            assert_eq!(text.matches("driver text").count(), 1, "{text}");
         }
     }
 

@@ -1,49 +1,12 @@
 //! The Redis backend (feature `redis`): Lua scripts run by EVALSHA, over a multiplexed
-//! auto-reconnecting connection (the default) or a deadpool-redis pool. The acquire, release
-//! and extend calls waiting at the same moment run in one script call, each as it would alone.
+//! auto-reconnecting connection (the default) or a deadpool-redis pool.
 //!
-//! Storage follows the reference design's Redis layout, so a Rust and a TypeScript SyncGuard
-//! service sharing a Redis and a prefix exclude each other:
-//!
-//! | what | Redis key | value | TTL |
-//! |---|---|---|---|
-//! | lock | `make_storage_key(prefix, key, 1000, 26)`, e.g. `syncguard:job:42` | JSON `{lockId, expiresAtMs, acquiredAtMs, key, fence}` | ttl + 1 s |
-//! | index | `make_storage_key(prefix, "id:" + lockId, 1000, 26)`, e.g. `syncguard:id:<22 chars>` | the lock key | same as the lock |
-//! | fence | [`make_fence_key`](crate::key::make_fence_key)`(prefix, lock key, 1000, 26)`, e.g. `syncguard:fence:syncguard:job:42` | `INCR` counter | none, never deleted |
-//!
-//! Differences from the reference, all deliberate:
-//!
-//! - **Reserved keys.** A user key that starts with `id:` or `fence:`, or that is exactly 22
-//!   base64url characters encoding 16 bytes (the shape of a hashed storage key), is stored under
-//!   the hashed form `prefix:<base64url(sha256("prefix:key")[..16])>`, where the reference puts
-//!   keys too long for the budget. With the reference layout such keys would land on another
-//!   key's fence counter (`fence:syncguard:x`), on an index key (`id:<lock id>`) or on a hashed
-//!   key. This is the one place where Rust and TypeScript store a key differently: such keys do
-//!   not exclude each other across the two languages. Every other key is stored where the
-//!   reference stores it.
-//! - **TTL.** Both keys are written with `PX` = ttl + [`TIME_TOLERANCE_MS`], so a lock stays
-//!   visible for the tolerance window in which the liveness predicate still counts it as held
-//!   (the reference's `PX` = ttl lets Redis drop the key at its expiry, before the tolerance
-//!   ends). The stored JSON is byte for byte what the reference writes.
-//! - **Prefixes** are validated ([`validate_prefix`]); a stale index left by a dead lock is
-//!   removed only when it still points at the key being taken.
-//!
-//! [`TIME_TOLERANCE_MS`]: crate::time::TIME_TOLERANCE_MS
-//!
-//! An acquire whose answer never came (the response timeout passed, the connection broke)
-//! may still be applied by Redis later: a request held up in the network, or by a paused
-//! server, runs when it arrives. The backend then releases that lock id (only if it holds the
-//! lock) as soon as the connection answers again, trying until the lock's ttl is over; a
-//! release that finds nothing is sent three more times, a second apart, in case the held
-//! request arrives later on another connection (see `orphans`). What remains possible: the
-//! key is held by nobody until that release lands (at most its ttl), and a request held up
-//! longer than those resends lands after the last of them, so that its lock stays until its
-//! ttl.
-//!
-//! Fences survive a restart only if Redis persists them: run Redis with `appendonly yes` (AOF;
-//! `appendfsync everysec` loses at most about a second of writes on a crash, `always` none) or
-//! at least RDB snapshots, and never restore an older snapshot over a newer one. Without
-//! persistence a restart resets every counter to zero and fences repeat.
+//! The server's clock (`TIME`) decides expiry; fences come from `INCR`. After a `SCRIPT FLUSH`
+//! or a restart, a call is sent once more as EVAL, which caches its script again. The acquire,
+//! release and extend calls waiting at the same moment run in one script call (up to 64 of
+//! them, up to 4 such calls awaiting replies), each exactly as it would run alone: a lone
+//! caller pays one round trip, many callers share a few. A call that meets bad data fails
+//! alone, having changed nothing.
 //!
 //! ```no_run
 //! # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {
@@ -57,14 +20,96 @@
 //! # Ok(()) }
 //! ```
 //!
+//! ## Storage layout and compatibility
+//!
+//! Storage follows the reference design's Redis layout, so a Rust and a TypeScript SyncGuard
+//! service sharing a Redis and a prefix exclude each other:
+//!
+//! | what | Redis key | value | TTL |
+//! |---|---|---|---|
+//! | lock | `make_storage_key(prefix, key, 1000, 26)`, e.g. `syncguard:job:42` | JSON `{lockId, expiresAtMs, acquiredAtMs, key, fence}`, plus `holder` for a lock taken with `acquire_as` | ttl + 1 s |
+//! | index | `make_storage_key(prefix, "id:" + lockId, 1000, 26)`, e.g. `syncguard:id:<22 chars>` | the lock key | same as the lock |
+//! | fence | [`make_fence_key`](crate::key::make_fence_key)`(prefix, lock key, 1000, 26)`, e.g. `syncguard:fence:syncguard:job:42` | `INCR` counter | none, never deleted |
+//!
+//! Every key is stored where the reference stores it, with the same JSON (byte for byte) and
+//! the same fence counter; the scripts are this library's own, batched, and report the
+//! reference's outcomes. The differences, all deliberate:
+//!
+//! - **Reserved keys.** A user key that starts with `id:` or `fence:`, or that is exactly 22
+//!   base64url characters encoding 16 bytes (the shape of a hashed storage key), is stored under
+//!   the hashed form `prefix:<base64url(sha256("prefix:key")[..16])>`, where the reference puts
+//!   keys too long for the budget. With the reference layout such keys would land on another
+//!   key's fence counter (`fence:syncguard:x`), on an index key (`id:<lock id>`) or on a hashed
+//!   key. This is the one place where Rust and TypeScript store a key differently: such keys do
+//!   not exclude each other across the two languages.
+//! - **TTL.** Both keys are written with `PX` = ttl + [`TIME_TOLERANCE_MS`], so a lock stays
+//!   visible for the tolerance window in which the liveness predicate still counts it as held
+//!   (the reference's `PX` = ttl lets Redis drop the key at its expiry, before the tolerance
+//!   ends). Expiry itself is the stored `expiresAtMs`, as in the reference.
+//! - **Prefixes** are validated ([`validate_prefix`]); a stale index left by a dead lock is
+//!   removed only when it still points at the key being taken.
+//!
+//! Keys holding code points unassigned in one side's Unicode version can also be stored under
+//! two names: see [`key`](crate::key#unicode-the-limit-of-the-compatibility-promise).
+//!
+//! [`TIME_TOLERANCE_MS`]: crate::time::TIME_TOLERANCE_MS
+//!
+//! ## Persistence
+//!
+//! Fences survive a restart only if Redis persists them: run Redis with `appendonly yes` (AOF;
+//! `appendfsync everysec` loses at most about a second of writes on a crash, `always` none) or
+//! at least RDB snapshots, and never restore an older snapshot over a newer one. Without
+//! persistence a restart resets every counter to zero and fences repeat.
+//!
+//! ## Timeouts and acquires in doubt
+//!
+//! A reply that does not come within the
+//! [response timeout](RedisBackendBuilder::response_timeout) (1 s by default) fails the call
+//! with [`LockError::NetworkTimeout`]. The multiplexed connection reconnects on its own;
+//! calls fail with [`LockError::ServiceUnavailable`] once its
+//! [reconnection attempts](RedisBackendBuilder::reconnect_retries) are spent.
+//!
+//! An acquire whose answer never came (the response timeout passed, the connection broke)
+//! may still be applied by Redis later: a request held up in the network, or by a paused
+//! server, runs when it arrives. The backend then releases that lock id (only if it holds the
+//! lock) as soon as the connection answers again, trying until the lock's ttl is over; a
+//! release that finds nothing is sent three more times, a second apart, in case the held
+//! request arrives later on another connection. What remains possible: the key is held by
+//! nobody until that release lands (at most its ttl), and a request held up longer than
+//! those resends lands after the last of them, so that its lock stays until its ttl.
+//!
+//! ## Errors
+//!
+//! Driver errors map onto [`LockError`] as the reference's specification classifies them,
+//! with the redis-rs or deadpool error kept as the [`source`](std::error::Error::source):
+//!
+//! | error | [`LockError`] |
+//! |---|---|
+//! | I/O errors, dropped or refused connections, rejected TLS certificates; `LOADING`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `READONLY`, `BUSY`, `OOM`, `MISCONF`; a closed pool; scripts lost again right after loading | `ServiceUnavailable` |
+//! | no reply within the response timeout; pool timeouts (waiting, opening, checking a connection) | `NetworkTimeout` |
+//! | `NOAUTH`, `WRONGPASS`, `NOPERM` (the user needs `GET`, `SET`, `DEL`, `INCR`, `TIME`, `EVALSHA`, `SCRIPT LOAD`) | `AuthFailed` |
+//! | `WRONGTYPE`, and data under a lock key that is not SyncGuard lock JSON (another program writes under the prefix) | `InvalidArgument` |
+//! | anything else | `Internal` |
+//!
 //! ## TLS
 //!
 //! With the `redis-tls` feature, `rediss://` URLs connect over TLS (rustls, *ring* provider)
 //! and verify the server's certificate and host name against the Mozilla root certificates
 //! (webpki-roots), which managed services such as ElastiCache or Azure Cache for Redis chain
 //! to. A server whose certificate comes from a private CA needs
-//! [`tls_root_certs`](RedisBackendBuilder::tls_root_certs). Without the feature, a
-//! `rediss://` URL fails with `InvalidArgument`.
+//! [`tls_root_certs`][tls_root_certs]. Without the feature, a `rediss://` URL fails with
+//! `InvalidArgument`.
+//!
+// `tls_root_certs` is behind the `redis-tls` feature: linked to docs.rs (built with every
+// feature) when it is off, so that docs built without it have no broken link.
+#![cfg_attr(
+    feature = "redis-tls",
+    doc = "[tls_root_certs]: RedisBackendBuilder::tls_root_certs"
+)]
+#![cfg_attr(
+    not(feature = "redis-tls"),
+    doc = concat!("[tls_root_certs]: https://docs.rs/syncguard/", env!("CARGO_PKG_VERSION"), "/syncguard/redis/struct.RedisBackendBuilder.html#method.tls_root_certs")
+)]
 //!
 //! ```no_run
 //! # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {
@@ -117,7 +162,7 @@ use keys::Layout;
 /// [`connect`](Self::connect), the [`builder`](Self::builder), or from a connection you
 /// already have ([`from_connection_manager`](Self::from_connection_manager),
 /// [`from_pool`](Self::from_pool)). See the [module documentation](self) for the storage
-/// layout and the persistence requirement.
+/// layout, the persistence requirement, timeouts and errors.
 ///
 /// ```no_run
 /// # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {

@@ -1,5 +1,6 @@
-//! The operations: acquire, release and extend through the batcher, `is_locked` and lookup
-//! by their own scripts, and the [`LockBackend`] implementation on top.
+//! The operations: acquire (also as a holder), release and extend (also by an amount) through
+//! the batcher, `is_locked` and lookup by their own scripts, and the [`LockBackend`]
+//! implementation on top.
 
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use super::error::unexpected_reply;
 use super::scripts::{self, LuaScript};
 use crate::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, Lease, LockBackend, LockInfo, Lookup,
-    NotHeldReason, ReleaseOutcome, TimeAuthority,
+    NotHeldReason, ReleaseOutcome, TimeAuthority, check_holder,
 };
 use crate::key::normalize_key;
 use crate::time::{TIME_TOLERANCE_MS, is_live, ttl_millis};
@@ -29,9 +30,19 @@ impl RedisBackend {
             .map_err(ConnError::into_lock_error)
     }
 
-    async fn acquire_once(&self, key: &str, ttl: Duration) -> Result<AcquireOutcome, LockError> {
+    /// One acquire; with a `holder` (`acquire_as`), re-entrant by that holder, who is stored
+    /// with the lock.
+    async fn acquire_once(
+        &self,
+        key: &str,
+        ttl: Duration,
+        holder: Option<&str>,
+    ) -> Result<AcquireOutcome, LockError> {
         let key = normalize_key(key)?;
         let ttl_ms = ttl_millis(ttl)?;
+        if let Some(holder) = holder {
+            check_holder(holder)?;
+        }
         let layout = &self.inner.layout;
         let lock_key = layout.lock_key(&key)?;
         let fence_key = layout.fence_key(&lock_key)?;
@@ -48,29 +59,33 @@ impl RedisBackend {
                 lock_id: lock_id.clone(),
                 ttl_ms,
                 key: key.into_owned(),
+                holder: holder.map(str::to_owned),
             })
             .await?;
-        let fence = match &reply.value {
+        let (lock_id, fence) = match &reply.value {
             Value::Int(0) => return Ok(AcquireOutcome::Contended),
-            Value::BulkString(fence) => fence.as_slice(),
-            _ => return Err(unexpected_reply("acquire", &reply.value)),
-        };
-        let expires_at_ms = reply.now_ms + ttl_ms;
-        let fence = match std::str::from_utf8(fence)
-            .map_err(|_| unexpected_reply("acquire", &reply.value))
-            .and_then(str::parse::<Fence>)
-        {
-            Ok(fence) => fence,
-            Err(error) => {
-                // Past the fence maximum (or garbage): do not leave the lock held for its ttl.
-                let _ = self.release_once(&lock_id).await;
-                return Err(error);
+            Value::BulkString(fence) => match std::str::from_utf8(fence)
+                .map_err(|_| unexpected_reply("acquire", &reply.value))
+                .and_then(str::parse::<Fence>)
+            {
+                Ok(fence) => (lock_id, fence),
+                Err(error) => {
+                    // Past the fence maximum (or garbage): do not leave the lock held for its
+                    // ttl.
+                    let _ = self.release_once(&lock_id).await;
+                    return Err(error);
+                }
+            },
+            // An `acquire_as` re-entered its holder's live lock: its lock id and fence, kept.
+            Value::Array(kept) if holder.is_some() => {
+                reentered(kept).ok_or_else(|| unexpected_reply("acquire", &reply.value))??
             }
+            _ => return Err(unexpected_reply("acquire", &reply.value)),
         };
         self.inner.known.insert(lock_id.clone(), lock_key, ttl);
         Ok(AcquireOutcome::Acquired(Lease::new(
             lock_id,
-            expires_at_ms,
+            reply.now_ms + ttl_ms,
             fence,
         )))
     }
@@ -97,10 +112,12 @@ impl RedisBackend {
         }
     }
 
+    /// One extend: to now + `ttl`, or (`by`) to the current expiry + `ttl`.
     async fn extend_once(
         &self,
         lock_id: &LockId,
         ttl: Duration,
+        by: bool,
     ) -> Result<ExtendOutcome, LockError> {
         let ttl_ms = ttl_millis(ttl)?;
         let index_key = self.inner.layout.index_key(lock_id)?;
@@ -112,21 +129,28 @@ impl RedisBackend {
                 index_key,
                 lock_id: lock_id.clone(),
                 ttl_ms,
+                by,
             })
             .await?;
-        let outcome = match reply.value {
-            Value::Int(1) => ExtendOutcome::Extended {
-                expires_at_ms: reply.now_ms + ttl_ms,
+        let expires_at_ms = match &reply.value {
+            Value::Int(1) if !by => reply.now_ms + ttl_ms,
+            Value::Array(extended) if by => match extended.as_slice() {
+                [Value::Int(1), Value::Int(expires)] => {
+                    u64::try_from(*expires).map_err(|_| unexpected_reply("extend", &reply.value))?
+                }
+                _ => return Err(unexpected_reply("extend", &reply.value)),
             },
-            Value::Int(code) => match not_held_reason(code) {
-                Some(reason) => ExtendOutcome::NotHeld(Some(reason)),
-                None => return Err(unexpected_reply("extend", &reply.value)),
-            },
+            Value::Int(code) => {
+                let reason = not_held_reason(*code)
+                    .ok_or_else(|| unexpected_reply("extend", &reply.value))?;
+                self.inner.known.extended(lock_id, None);
+                return Ok(ExtendOutcome::NotHeld(Some(reason)));
+            }
             _ => return Err(unexpected_reply("extend", &reply.value)),
         };
-        let lives_on = matches!(outcome, ExtendOutcome::Extended { .. }).then_some(ttl);
-        self.inner.known.extended(lock_id, lives_on);
-        Ok(outcome)
+        let lives_for = Duration::from_millis(expires_at_ms.saturating_sub(reply.now_ms));
+        self.inner.known.extended(lock_id, Some(lives_for));
+        Ok(ExtendOutcome::Extended { expires_at_ms })
     }
 
     async fn is_locked_once(&self, key: &str) -> Result<bool, LockError> {
@@ -196,14 +220,30 @@ impl RedisBackend {
             })?,
         };
         let fence: Fence = stored.fence.parse()?;
-        Ok(Some(LockInfo::new(
-            stored.key,
-            lock_id,
-            stored.expires_at_ms,
-            stored.acquired_at_ms,
-            fence,
-        )))
+        Ok(Some(
+            LockInfo::new(
+                stored.key,
+                lock_id,
+                stored.expires_at_ms,
+                stored.acquired_at_ms,
+                fence,
+            )
+            .with_holder(stored.holder),
+        ))
     }
+}
+
+/// The lock id and fence in the reply `{fence, lockId}` of a re-entry; `None` for another
+/// shape, an error for a lock id or fence that does not parse.
+fn reentered(kept: &[Value]) -> Option<Result<(LockId, Fence), LockError>> {
+    let [Value::BulkString(fence), Value::BulkString(lock_id)] = kept else {
+        return None;
+    };
+    let (Ok(fence), Ok(lock_id)) = (std::str::from_utf8(fence), std::str::from_utf8(lock_id))
+    else {
+        return None;
+    };
+    Some(LockId::parse(lock_id).and_then(|lock_id| Ok((lock_id, fence.parse()?))))
 }
 
 fn not_held_reason(code: i64) -> Option<NotHeldReason> {
@@ -214,7 +254,8 @@ fn not_held_reason(code: i64) -> Option<NotHeldReason> {
     }
 }
 
-/// The lock data JSON, as the reference writes it.
+/// The lock data JSON, as the reference writes it, plus `holder` (written by `acquire_as`,
+/// absent otherwise; the reference ignores it, and writes records without it).
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct StoredLock {
@@ -225,6 +266,8 @@ struct StoredLock {
     acquired_at_ms: u64,
     key: String,
     fence: String,
+    #[serde(default)]
+    holder: Option<String>,
 }
 
 /// A Unix millisecond timestamp: Lua's cjson writes integral numbers, possibly in float form.
@@ -247,7 +290,16 @@ impl LockBackend for RedisBackend {
         key: &'a str,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
-        Box::pin(self.acquire_once(key, ttl))
+        Box::pin(self.acquire_once(key, ttl, None))
+    }
+
+    fn acquire_as<'a>(
+        &'a self,
+        key: &'a str,
+        ttl: Duration,
+        holder: &'a str,
+    ) -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
+        Box::pin(self.acquire_once(key, ttl, Some(holder)))
     }
 
     fn release<'a>(
@@ -262,7 +314,15 @@ impl LockBackend for RedisBackend {
         lock_id: &'a LockId,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
-        Box::pin(self.extend_once(lock_id, ttl))
+        Box::pin(self.extend_once(lock_id, ttl, false))
+    }
+
+    fn extend_by<'a>(
+        &'a self,
+        lock_id: &'a LockId,
+        by: Duration,
+    ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
+        Box::pin(self.extend_once(lock_id, by, true))
     }
 
     fn is_locked<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
@@ -277,7 +337,7 @@ impl LockBackend for RedisBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new("redis", TimeAuthority::Server)
+        Capabilities::new("redis", TimeAuthority::Server).with_holders()
     }
 }
 
@@ -294,5 +354,13 @@ mod tests {
         assert_eq!(stored.acquired_at_ms, 1_767_225_600_000);
         let bad = br#"{"fence":"1","key":"k","expiresAtMs":1.5,"lockId":"x","acquiredAtMs":1}"#;
         assert!(serde_json::from_slice::<StoredLock>(bad).is_err());
+        assert_eq!(stored.holder, None, "written without a holder");
+    }
+
+    #[test]
+    fn stored_lock_reads_the_holder() {
+        let json = br#"{"key":"k","lockId":"AAAAAAAAAAAAAAAAAAAAAA","fence":"000000000000001","acquiredAtMs":1,"holder":"{\"owner\":\"a\/b\"}","expiresAtMs":2}"#;
+        let stored: StoredLock = serde_json::from_slice(json).unwrap();
+        assert_eq!(stored.holder.as_deref(), Some(r#"{"owner":"a/b"}"#));
     }
 }

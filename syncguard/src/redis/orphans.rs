@@ -10,6 +10,11 @@
 //! Each release names the attempt's own lock id, which nobody else ever holds, so releasing
 //! is safe whatever happened. The set is bounded, and nothing is kept past the lock's ttl
 //! (plus the tolerance), when it would be gone anyway.
+//!
+//! An acquire as a holder (`acquire_as`) is never released here: its lock id is handed to
+//! every call of the same holder that re-enters the lock, so a late release could drop a lock
+//! another call was just given. Such a lock stays with its holder until its ttl, and the
+//! holder's next `acquire_as` re-enters it.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -48,7 +53,7 @@ pub(super) struct Orphan {
 
 impl Orphan {
     /// The release of `op`, an acquire sent at `sent` that Redis applied for a caller that
-    /// is gone; `None` for any other operation.
+    /// is gone; `None` for any other operation, and for an acquire as a holder.
     pub(super) fn taken(op: Op, sent: Instant) -> Option<Self> {
         Self::of(op, sent, 0)
     }
@@ -63,6 +68,7 @@ impl Orphan {
             index_key,
             lock_id,
             ttl_ms,
+            holder: None,
             ..
         } = op
         else {

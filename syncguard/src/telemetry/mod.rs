@@ -314,6 +314,14 @@ impl Instrument for EventSink {
     }
 }
 
+/// What a call's result reports: its result, reason, fence and new lock id.
+type Classified<'a> = (
+    EventResult,
+    Option<EventReason>,
+    Option<Fence>,
+    Option<&'a LockId>,
+);
+
 impl<B: LockBackend, I: Instrument> Instrumented<B, I> {
     async fn observe<'a, T>(
         &'a self,
@@ -321,14 +329,7 @@ impl<B: LockBackend, I: Instrument> Instrumented<B, I> {
         key: Option<&'a str>,
         lock_id: Option<&'a LockId>,
         call: BoxFuture<'a, Result<T, LockError>>,
-        classify: impl FnOnce(
-            &T,
-        ) -> (
-            EventResult,
-            Option<EventReason>,
-            Option<Fence>,
-            Option<&LockId>,
-        ),
+        classify: impl FnOnce(&T) -> Classified<'_>,
     ) -> Result<T, LockError> {
         let backend = self.inner.capabilities().backend;
         let span = self.instrument.start(operation, lock_id, backend);
@@ -371,17 +372,7 @@ impl<B: LockBackend, I: Instrument> LockBackend for Instrumented<B, I> {
             Some(key),
             None,
             self.inner.acquire(key, ttl),
-            |outcome| match outcome {
-                AcquireOutcome::Acquired(lease) => (
-                    EventResult::Ok,
-                    None,
-                    Some(lease.fence),
-                    Some(&lease.lock_id),
-                ),
-                AcquireOutcome::Contended => {
-                    (EventResult::Fail, Some(EventReason::Locked), None, None)
-                }
-            },
+            classify_acquire,
         ))
     }
 
@@ -413,12 +404,36 @@ impl<B: LockBackend, I: Instrument> LockBackend for Instrumented<B, I> {
             None,
             Some(lock_id),
             self.inner.extend(lock_id, ttl),
-            |outcome| match outcome {
-                ExtendOutcome::Extended { .. } => (EventResult::Ok, None, None, None),
-                ExtendOutcome::NotHeld(reason) => {
-                    (EventResult::Fail, reason.map(EventReason::from), None, None)
-                }
-            },
+            classify_extend,
+        ))
+    }
+
+    fn acquire_as<'a>(
+        &'a self,
+        key: &'a str,
+        ttl: Duration,
+        holder: &'a str,
+    ) -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
+        Box::pin(self.observe(
+            Operation::Acquire,
+            Some(key),
+            None,
+            self.inner.acquire_as(key, ttl, holder),
+            classify_acquire,
+        ))
+    }
+
+    fn extend_by<'a>(
+        &'a self,
+        lock_id: &'a LockId,
+        by: Duration,
+    ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
+        Box::pin(self.observe(
+            Operation::Extend,
+            None,
+            Some(lock_id),
+            self.inner.extend_by(lock_id, by),
+            classify_extend,
         ))
     }
 
@@ -457,5 +472,28 @@ impl<B: LockBackend, I: Instrument> LockBackend for Instrumented<B, I> {
         self.instrument
             .observer(self.inner.capabilities().backend)
             .or_else(|| self.inner.observer())
+    }
+}
+
+/// What an acquire's outcome reports.
+fn classify_acquire(outcome: &AcquireOutcome) -> Classified<'_> {
+    match outcome {
+        AcquireOutcome::Acquired(lease) => (
+            EventResult::Ok,
+            None,
+            Some(lease.fence),
+            Some(&lease.lock_id),
+        ),
+        AcquireOutcome::Contended => (EventResult::Fail, Some(EventReason::Locked), None, None),
+    }
+}
+
+/// What an extend's outcome reports.
+fn classify_extend(outcome: &ExtendOutcome) -> Classified<'_> {
+    match outcome {
+        ExtendOutcome::Extended { .. } => (EventResult::Ok, None, None, None),
+        ExtendOutcome::NotHeld(reason) => {
+            (EventResult::Fail, reason.map(EventReason::from), None, None)
+        }
     }
 }

@@ -53,8 +53,9 @@ async fn rejected_credentials_and_permissions_are_auth_failed() {
             .await
             .unwrap_err();
         assert_eq!(err.code(), ErrorCode::AuthFailed, "{mode:?}: {err}");
-        let source = err.source().unwrap().downcast_ref::<redis::RedisError>();
-        assert_eq!(source.and_then(|e| e.code()), Some("NOPERM"), "{err:?}");
+        // The server's reply is the source, with its code.
+        let source = err.source().unwrap().downcast_ref::<redis::ServerError>();
+        assert_eq!(source.map(|e| e.code()), Some("NOPERM"), "{err:?}");
     }
     // The same on the hot path (EVALSHA refused), with a connection the caller made.
     let client = redis::Client::open(with_user("secret")).unwrap();
@@ -89,6 +90,42 @@ async fn unreachable_server_is_service_unavailable() {
         assert_eq!(err.code(), ErrorCode::ServiceUnavailable, "{mode:?}: {err}");
         assert!(err.is_retryable());
         assert!(err.source().is_some());
+    }
+}
+
+/// The driver's text ("Connection refused (os error 111)" on Linux) appears once when the
+/// chain is walked, under a message in our words; the source is the I/O error itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_connection_prints_the_driver_error_once() {
+    let port = free_port();
+    for mode in [
+        ConnectionMode::Multiplexed,
+        ConnectionMode::Pool { max_size: 2 },
+    ] {
+        let err = RedisBackend::builder(&format!("redis://127.0.0.1:{port}"))
+            .mode(mode)
+            .reconnect_retries(0)
+            .build()
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), ErrorCode::ServiceUnavailable, "{mode:?}: {err}");
+        assert!(
+            err.to_string().contains("refused") && !err.to_string().contains("os error"),
+            "{mode:?}: the message should say it in our words: {err}"
+        );
+        let mut chain = err.to_string();
+        let mut source = err.source();
+        while let Some(cause) = source {
+            chain.push_str(&format!(": {cause}"));
+            source = cause.source();
+        }
+        assert_eq!(chain.matches("os error").count(), 1, "{mode:?}: {chain}");
+        let io = err.source().unwrap().downcast_ref::<std::io::Error>();
+        assert_eq!(
+            io.map(std::io::Error::kind),
+            Some(std::io::ErrorKind::ConnectionRefused),
+            "{mode:?}: {err:?}"
+        );
     }
 }
 

@@ -59,16 +59,17 @@ async fn layout_is_byte_compatible_with_the_reference() {
 
         // Byte for byte: what the reference's acquire script encodes for the same values
         // (same table constructor order, same cjson), computed by the server itself.
-        let reference: Vec<u8> = redis::Script::new(
+        let reference: Vec<u8> = crate::eval(
             "return cjson.encode({lockId=ARGV[1], expiresAtMs=tonumber(ARGV[2]), \
              acquiredAtMs=tonumber(ARGV[3]), key=ARGV[4], fence=ARGV[5]})",
+            &[],
         )
         .arg(lease.lock_id.as_str())
         .arg(lease.expires_at_ms)
         .arg(acquired_at)
         .arg(&nfc)
         .arg(lease.fence.to_string())
-        .invoke_async(&mut conn)
+        .query_async(&mut conn)
         .await
         .unwrap();
         assert_eq!(

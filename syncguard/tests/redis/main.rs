@@ -19,6 +19,7 @@ mod batching;
 mod conformance;
 mod connection;
 mod expiry;
+mod holders;
 mod input;
 mod layout;
 mod orphans;
@@ -73,6 +74,15 @@ pub(crate) async fn acquired(backend: &RedisBackend, key: &str, ttl: Duration) -
 }
 
 /// A key no other test (or run) uses.
+/// A Lua script run with EVAL, not EVALSHA: `connection::script_flush_mid_run_is_recovered`
+/// empties the script cache while other tests run, which would fail redis-rs's `Script`
+/// between its load and its EVALSHA.
+pub(crate) fn eval(script: &str, keys: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(script).arg(keys.len()).arg(keys);
+    cmd
+}
+
 pub(crate) fn unique(label: &str) -> String {
     format!("redis-test:{label}:{}", LockId::generate())
 }

@@ -90,12 +90,12 @@ impl RedisServer {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Ok(client) = redis::Client::open(self.url()) {
-                if let Ok(mut conn) = client.get_multiplexed_async_connection().await {
-                    let pong: Result<String, _> = redis::cmd("PING").query_async(&mut conn).await;
-                    if pong.is_ok() {
-                        return;
-                    }
+            if let Ok(client) = redis::Client::open(self.url())
+                && let Ok(mut conn) = client.get_multiplexed_async_connection().await
+            {
+                let pong: Result<String, _> = redis::cmd("PING").query_async(&mut conn).await;
+                if pong.is_ok() {
+                    return;
                 }
             }
             assert!(Instant::now() < deadline, "redis-server did not start");

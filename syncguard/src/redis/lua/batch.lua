@@ -5,18 +5,26 @@
 -- them (a script is atomic, and all of them see the same server time).
 --
 -- ARGV[1] tolerance ms, ARGV[2] index key prefix ("<prefix>:id:"), then per operation:
---   'A' lockId ttlMs pxMs userKey   KEYS: lock key, index key, fence key
---   'R' lockId                       KEYS: index key
---   'E' lockId ttlMs pxMs            KEYS: index key
---   'r' lockId                       KEYS: lock key, index key
---   'e' lockId ttlMs pxMs            KEYS: lock key, index key
+--   'A' lockId ttlMs pxMs userKey          KEYS: lock key, index key, fence key
+--   'H' lockId ttlMs pxMs userKey holder   KEYS: lock key, index key, fence key
+--   'R' lockId                             KEYS: index key
+--   'E' lockId ttlMs pxMs                  KEYS: index key
+--   'B' lockId byMs                        KEYS: index key
+--   'r' lockId                             KEYS: lock key, index key
+--   'e' lockId ttlMs pxMs                  KEYS: lock key, index key
+--   'b' lockId byMs                        KEYS: lock key, index key
 -- The lower-case forms are for locks the caller took itself and whose lock key it knows: the
 -- index holds that same key (it is written with the lock), so they skip reading it.
+-- 'H' is acquire as a holder (re-entrant by holder), 'B'/'b' extend by an amount (added to the
+-- current expiry instead of to now).
 -- pxMs (ttl + tolerance) comes as text: handing Redis a Lua number costs a float formatting.
 -- Returns the server time (ms) of the batch, then one reply per operation:
 --   acquire the fence (15 digits) when acquired, expiring at time + ttl; 0 when contended
+--   acquire as a holder: as acquire; {fence, lockId} when it re-entered the live lock of the
+--           same holder (kept lock id and fence, a fresh lease expiring at time + ttl)
 --   release 1, 0 (held by another lock id), -1 (not found), -2 (expired)
 --   extend  1 when extended to time + ttl; 0, -1, -2 as release
+--   extend by {1, new expiresAtMs} when extended; 0, -1, -2 as release
 --   or {-100, 'CODE message'} when that operation hit data it cannot use (WRONGTYPE, BADDATA);
 --   it took, extended or released nothing, and the other operations are unaffected.
 -- (The reference's scripts return {1, fence, expiresAtMs} and {1, expiresAtMs}: the same
@@ -24,8 +32,19 @@
 --
 -- Lock data is read with plain finds and anchored matches and written by concatenation instead
 -- of a cjson decode/encode round: the bytes are those cjson writes for the same table (field
--- order included). Finds anchored on `"name":` cannot match inside the JSON-escaped key, whose
--- quotes are escaped.
+-- order included). Finds anchored on `"name":` cannot match inside the JSON-escaped key or
+-- holder, whose quotes are escaped.
+--
+-- The holder (acquire as a holder) is an optional `holder` field, absent when there is none:
+-- `..,"acquiredAtMs":N,"holder":"..","expiresAtMs":M}`, which is what cjson writes for the
+-- reference's table with `holder` added first. The reference ignores fields it does not know.
+-- Its extend, as its specification prescribes it (cjson.decode, set expiresAtMs,
+-- cjson.encode; its scripts are not in this repository), keeps the holder, fields reordered:
+-- the finds here still read that record, and a re-entry rewrites it in this layout
+-- (tests/redis/holders.rs runs that pattern). Its acquire of an expired lock writes a record
+-- without holder, and a record without one (or with `null`) is re-entered by no holder.
+-- A re-entry renews the index of the kept lock id, `prefix:id:<lockId>`, a key derived in the
+-- script as the cleanup of a stale index is.
 local clock = redis.call('TIME')
 local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
 -- %d formats an integer; a bare number in a concatenation goes through %.14g, far slower.
@@ -35,6 +54,9 @@ local dead = now - tonumber(ARGV[1])
 local indexPrefix = ARGV[2]
 local BADDATA = 'BADDATA syncguard: the lock key holds data that is not SyncGuard lock JSON'
 local EXPIRES = '"expiresAtMs":'
+-- The largest expiry an extend by an amount reaches: the largest integer a Lua number (a
+-- double) holds exactly.
+local MAX_EXPIRES = 9007199254740991
 
 -- now + ttl as text; the operations of a batch mostly share their ttl, so it is formatted once.
 local lastTtl, lastExpires
@@ -64,7 +86,40 @@ local function owned(data, lockId)
   return string.find(data, '"lockId":"' .. lockId .. '"', 1, true) ~= nil
 end
 
-local function acquire(lockKey, indexKey, fenceKey, lockId, ttl, px, key)
+-- The lock data of a lock taken now for ttl (holder: nil when taken without one).
+local function record(key, lockId, fence, holder, ttl)
+  local holderField = ''
+  if holder then
+    holderField = ',"holder":' .. cjson.encode(holder)
+  end
+  return '{"key":' .. cjson.encode(key) .. ',"lockId":"' .. lockId .. '","fence":"' .. fence
+    .. '","acquiredAtMs":' .. nowText .. holderField .. ',"expiresAtMs":' .. expiresText(ttl)
+    .. '}'
+end
+
+-- A live lock met by an acquire as `holder`: re-taken when that same holder took it (the lock
+-- id and fence kept, a fresh lease from now, the index's TTL renewed), else contended (another
+-- holder, or none). The data is decoded here only, on the contended path of a holder.
+local function reenter(lockKey, current, holder, ttl, px, key)
+  local ok, data = pcall(cjson.decode, current)
+  if not ok or type(data) ~= 'table' then
+    return {-100, BADDATA}
+  end
+  if data.holder ~= holder then
+    return 0
+  end
+  local lockId, fence = data.lockId, data.fence
+  if type(lockId) ~= 'string' or #lockId ~= 22 or not string.match(lockId, '^[%w_-]+$')
+    or type(fence) ~= 'string' or #fence ~= 15 or not string.match(fence, '^%d+$') then
+    return {-100, BADDATA}
+  end
+  redis.call('SET', lockKey, record(key, lockId, fence, holder, ttl), 'PX', px)
+  redis.call('SET', indexPrefix .. lockId, lockKey, 'PX', px)
+  return {fence, lockId}
+end
+
+-- holder: nil for a plain acquire.
+local function acquire(lockKey, indexKey, fenceKey, lockId, ttl, px, key, holder)
   local current = redis.call('GET', lockKey)
   if current then
     local held = expiry(current)
@@ -72,6 +127,9 @@ local function acquire(lockKey, indexKey, fenceKey, lockId, ttl, px, key)
       return {-100, BADDATA}
     end
     if held > dead then
+      if holder then
+        return reenter(lockKey, current, holder, ttl, px, key)
+      end
       return 0
     end
     -- The previous lock is dead: drop its reverse index if it still points here.
@@ -86,9 +144,7 @@ local function acquire(lockKey, indexKey, fenceKey, lockId, ttl, px, key)
   -- The fence counter never expires and is never deleted.
   local fence = string.format('%015d', redis.call('INCR', fenceKey))
   -- Both keys outlive the expiry by the tolerance, so liveness is decided by the predicate.
-  redis.call('SET', lockKey, '{"key":' .. cjson.encode(key) .. ',"lockId":"' .. lockId
-    .. '","fence":"' .. fence .. '","acquiredAtMs":' .. nowText .. ',"expiresAtMs":'
-    .. expiresText(ttl) .. '}', 'PX', px)
+  redis.call('SET', lockKey, record(key, lockId, fence, holder, ttl), 'PX', px)
   redis.call('SET', indexKey, lockKey, 'PX', px)
   return fence
 end
@@ -145,6 +201,21 @@ local function extend(knownKey, indexKey, lockId, ttl, px)
   return 1
 end
 
+local function extendBy(knownKey, indexKey, lockId, by)
+  local lockKey, current, first, after = find(knownKey, indexKey, lockId)
+  if not lockKey then
+    return current -- the reply
+  end
+  -- Added to the live lock's expiry (find refused an expired one); every other byte stays.
+  local expires = math.min(tonumber(string.sub(current, first, after - 1)) + tonumber(by),
+    MAX_EXPIRES)
+  local px = string.format('%d', expires - dead)
+  redis.call('SET', lockKey, string.sub(current, 1, first - 1) .. string.format('%d', expires)
+    .. string.sub(current, after), 'PX', px)
+  redis.call('SET', indexKey, lockKey, 'PX', px)
+  return {1, expires}
+end
+
 -- Runs one operation; an error (a wrong type under one of its keys) becomes its reply alone.
 -- The commands that can fail (on a wrong type) come before the lock writes, so a failed
 -- operation took, extended or released nothing (at most an acquire dropped the stale index of
@@ -169,6 +240,10 @@ while a <= #ARGV do
     replies[n] = run(acquire, KEYS[k], KEYS[k + 1], KEYS[k + 2], ARGV[a + 1], ARGV[a + 2],
       ARGV[a + 3], ARGV[a + 4])
     k, a = k + 3, a + 5
+  elseif op == 'H' then
+    replies[n] = run(acquire, KEYS[k], KEYS[k + 1], KEYS[k + 2], ARGV[a + 1], ARGV[a + 2],
+      ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
+    k, a = k + 3, a + 6
   elseif op == 'r' then
     replies[n] = run(release, KEYS[k], KEYS[k + 1], ARGV[a + 1])
     k, a = k + 2, a + 2
@@ -181,6 +256,12 @@ while a <= #ARGV do
   elseif op == 'E' then
     replies[n] = run(extend, nil, KEYS[k], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3])
     k, a = k + 1, a + 4
+  elseif op == 'b' then
+    replies[n] = run(extendBy, KEYS[k], KEYS[k + 1], ARGV[a + 1], ARGV[a + 2])
+    k, a = k + 2, a + 3
+  elseif op == 'B' then
+    replies[n] = run(extendBy, nil, KEYS[k], ARGV[a + 1], ARGV[a + 2])
+    k, a = k + 1, a + 3
   else
     return redis.error_reply('ERR syncguard batch: unknown operation ' .. tostring(op))
   end

@@ -1,0 +1,224 @@
+//! Which lock backend the server runs on: `SYNCGUARD_BACKEND_URL`.
+//!
+//! | URL | backend | feature |
+//! |---|---|---|
+//! | unset, `memory:` | [`MemoryBackend`](syncguard::MemoryBackend): one process, lost on restart | always |
+//! | `postgres://...`, `postgresql://...` | `PostgresBackend` (the lock tables are created at startup unless `SYNCGUARD_SETUP_SCHEMA=false`) | `postgres` (`postgres-tls` for `sslmode=require` and stricter) |
+//! | `redis://...`, `rediss://...` | `RedisBackend` | `redis` (`redis-tls` for `rediss://`) |
+//! | `firestore://<project>` | `FirestoreBackend` (Application Default Credentials, or the emulator named by `FIRESTORE_EMULATOR_HOST`) | `firestore` |
+//!
+//! Whatever the backend, the server needs it to store lock holders (its
+//! `capabilities().holders`): [`require_holders`] refuses one that does not, with a message
+//! saying so. The check reads the capability, never the backend's name, so a backend that
+//! gains holders needs no change here. Several server processes on one PostgreSQL, Redis or
+//! Firestore share their locks: the holder lives in storage, not in a process.
+
+use std::sync::Arc;
+
+use syncguard::MemoryBackend;
+use syncguard::backend::LockBackend;
+
+use crate::startup::StartupError;
+
+/// The backend a URL names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BackendUrl {
+    /// `memory:` (or no URL).
+    Memory,
+    /// `postgres://...` or `postgresql://...`.
+    Postgres(String),
+    /// `redis://...` or `rediss://...`.
+    Redis(String),
+    /// `firestore://<project>`.
+    Firestore {
+        /// The Google Cloud project.
+        project: String,
+    },
+}
+
+impl BackendUrl {
+    /// Reads a `SYNCGUARD_BACKEND_URL`.
+    ///
+    /// ```
+    /// use syncguard_server::BackendUrl;
+    ///
+    /// assert_eq!(BackendUrl::parse("memory:")?, BackendUrl::Memory);
+    /// assert_eq!(
+    ///     BackendUrl::parse("firestore://my-project")?,
+    ///     BackendUrl::Firestore { project: "my-project".into() }
+    /// );
+    /// assert!(BackendUrl::parse("mysql://db").is_err());
+    /// # Ok::<(), syncguard_server::StartupError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`StartupError::UnknownBackend`] for any other scheme.
+    pub fn parse(url: &str) -> Result<Self, StartupError> {
+        let url = url.trim();
+        let scheme = url.split_once(':').map_or(url, |(scheme, _)| scheme);
+        match scheme.to_ascii_lowercase().as_str() {
+            "" | "memory" => Ok(Self::Memory),
+            "postgres" | "postgresql" => Ok(Self::Postgres(url.to_owned())),
+            "redis" | "rediss" => Ok(Self::Redis(url.to_owned())),
+            "firestore" => {
+                let project = url["firestore:".len()..].trim_start_matches('/');
+                let project = project.trim_end_matches('/');
+                if project.is_empty() || project.contains('/') {
+                    return Err(StartupError::UnknownBackend {
+                        url: "firestore URL without a project: use firestore://<project>"
+                            .to_owned(),
+                    });
+                }
+                Ok(Self::Firestore {
+                    project: project.to_owned(),
+                })
+            }
+            _ => Err(StartupError::UnknownBackend { url: redact(url) }),
+        }
+    }
+
+    /// The backend's name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::Postgres(_) => "postgres",
+            Self::Redis(_) => "redis",
+            Self::Firestore { .. } => "firestore",
+        }
+    }
+}
+
+/// `url` without the password of its user info, for messages.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let user = rest[..at].split(':').next().unwrap_or("");
+            format!("{scheme}://{user}:***{}", &rest[at..])
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// Refuses a backend that does not store lock holders.
+///
+/// # Errors
+/// [`StartupError::NoHolders`] naming the backend.
+pub fn require_holders(backend: &dyn LockBackend) -> Result<(), StartupError> {
+    let capabilities = backend.capabilities();
+    if capabilities.holders {
+        Ok(())
+    } else {
+        Err(StartupError::NoHolders {
+            backend: capabilities.backend,
+        })
+    }
+}
+
+/// Opens the backend `url` names, checks that it stores holders, and (on PostgreSQL, when
+/// `setup_schema`) creates its tables.
+///
+/// # Errors
+/// [`StartupError::UnknownBackend`], [`StartupError::FeatureMissing`] (the URL names a
+/// backend this binary was built without), [`StartupError::Backend`] (connecting failed),
+/// [`StartupError::NoHolders`].
+pub async fn open_backend(
+    url: &str,
+    setup_schema: bool,
+) -> Result<Arc<dyn LockBackend>, StartupError> {
+    #[cfg(not(feature = "postgres"))]
+    let _ = setup_schema;
+    let backend: Arc<dyn LockBackend> = match BackendUrl::parse(url)? {
+        BackendUrl::Memory => Arc::new(MemoryBackend::new()),
+        #[cfg(feature = "postgres")]
+        BackendUrl::Postgres(url) => {
+            let failed = |source| StartupError::Backend {
+                backend: "postgres",
+                source,
+            };
+            let backend = syncguard::PostgresBackend::connect(&url)
+                .await
+                .map_err(failed)?;
+            // Before any DDL: a backend the server cannot use is left as it was.
+            require_holders(&backend)?;
+            if setup_schema {
+                syncguard::postgres::setup_schema(backend.pool(), backend.config())
+                    .await
+                    .map_err(failed)?;
+            }
+            Arc::new(backend)
+        }
+        #[cfg(feature = "redis")]
+        BackendUrl::Redis(url) => Arc::new(syncguard::RedisBackend::connect(&url).await.map_err(
+            |source| StartupError::Backend {
+                backend: "redis",
+                source,
+            },
+        )?),
+        #[cfg(feature = "firestore")]
+        BackendUrl::Firestore { project } => Arc::new(
+            syncguard::FirestoreBackend::connect(&project)
+                .await
+                .map_err(|source| StartupError::Backend {
+                    backend: "firestore",
+                    source,
+                })?,
+        ),
+        #[allow(unreachable_patterns)] // Reached when a backend's feature is off.
+        other => {
+            return Err(StartupError::FeatureMissing {
+                backend: other.name(),
+                feature: other.name(),
+            });
+        }
+    };
+    require_holders(&*backend)?;
+    Ok(instrumented(backend))
+}
+
+/// The backend with OpenTelemetry spans and metrics (feature `opentelemetry`), recorded with
+/// the global providers the process installs.
+#[cfg(feature = "opentelemetry")]
+fn instrumented(backend: Arc<dyn LockBackend>) -> Arc<dyn LockBackend> {
+    Arc::new(syncguard::telemetry::with_opentelemetry(backend))
+}
+
+#[cfg(not(feature = "opentelemetry"))]
+fn instrumented(backend: Arc<dyn LockBackend>) -> Arc<dyn LockBackend> {
+    backend
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(BackendUrl::parse("").unwrap(), BackendUrl::Memory);
+        assert_eq!(BackendUrl::parse("MEMORY:").unwrap(), BackendUrl::Memory);
+        assert_eq!(
+            BackendUrl::parse("postgres://u:p@h/db").unwrap().name(),
+            "postgres"
+        );
+        assert_eq!(BackendUrl::parse("rediss://h").unwrap().name(), "redis");
+        assert!(BackendUrl::parse("firestore://").is_err());
+    }
+
+    #[test]
+    fn passwords_are_hidden() {
+        let error = BackendUrl::parse("mysql://app:secret@db:3306/x").unwrap_err();
+        let message = error.to_string();
+        assert!(!message.contains("secret"), "{message}");
+        assert!(message.contains("mysql://app:***@db:3306/x"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn memory_has_holders() {
+        let backend = open_backend("memory:", true).await.unwrap();
+        assert!(backend.capabilities().holders);
+    }
+}

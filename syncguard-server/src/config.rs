@@ -1,0 +1,278 @@
+//! The server's configuration: command-line flags, each with the environment variable LSC
+//! reads (Spring Boot's relaxed binding of `server.port`, `authentication.disabled`,
+//! `jwt.*`), plus ours (`SYNCGUARD_BACKEND_URL`, ...). A flag wins over its variable.
+//!
+//! Plain data: the modules that act on it ([`Auth`](crate::Auth),
+//! [`open_backend`](crate::open_backend), [`run`](crate::run)) read it.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use clap::Parser;
+use clap::builder::BoolishValueParser;
+
+/// The default port, LSC's (Spring Boot's default, `EXPOSE 8080` in its image).
+pub const DEFAULT_PORT: u16 = 8080;
+
+/// How long a fetched JWKS is used before it is fetched again, by default (Spring Security's
+/// default cache time: 5 minutes).
+pub const DEFAULT_JWKS_CACHE: Duration = Duration::from_secs(300);
+
+/// The least time between two fetches of the JWKS prompted by tokens signed with unknown
+/// keys, by default: a flood of forged `kid`s cannot make the server hammer the key server.
+pub const DEFAULT_JWKS_MIN_REFRESH: Duration = Duration::from_secs(30);
+
+/// Everything `syncguard-server` is configured with.
+///
+/// ```
+/// use clap::Parser;
+/// use syncguard_server::ServerConfig;
+///
+/// let config = ServerConfig::try_parse_from(["syncguard-server", "--port", "9090"])?;
+/// assert_eq!(config.port, 9090);
+/// # Ok::<(), clap::Error>(())
+/// ```
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "syncguard-server",
+    version,
+    about = "LockServiceCentral's REST lock API on syncguard's backends, with fencing tokens"
+)]
+#[non_exhaustive]
+pub struct ServerConfig {
+    /// The port to listen on.
+    #[arg(long, env = "SERVER_PORT", default_value_t = DEFAULT_PORT)]
+    pub port: u16,
+
+    /// The address to listen on (all interfaces by default, as LSC).
+    #[arg(long, env = "SERVER_ADDRESS", default_value = "0.0.0.0")]
+    pub address: IpAddr,
+
+    /// The lock backend: `memory:` (the default), `postgres://...`, `redis://...`,
+    /// `rediss://...` or `firestore://<project>` (each needs the server's feature of that name).
+    #[arg(long, env = "SYNCGUARD_BACKEND_URL", default_value = "memory:")]
+    pub backend_url: String,
+
+    /// On PostgreSQL, create the lock tables at startup if they are missing (needs the
+    /// `CREATE` privilege; idempotent).
+    #[arg(long, env = "SYNCGUARD_SETUP_SCHEMA", default_value_t = true,
+          value_parser = BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    pub setup_schema: bool,
+
+    /// Accept every caller as owner `anonymous` (ignored when `JWT_JWKS` or `JWT_ISSUER` is
+    /// set, as in LSC).
+    #[arg(long, env = "AUTHENTICATION_DISABLED", default_value_t = false,
+          value_parser = BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    pub authentication_disabled: bool,
+
+    /// The issuer JWTs must carry in `iss`; alone, also where the keys are discovered
+    /// (`<issuer>/.well-known/openid-configuration`).
+    #[arg(long, env = "JWT_ISSUER")]
+    pub jwt_issuer: Option<String>,
+
+    /// The URL of the JSON Web Key Set that signs the JWTs.
+    #[arg(long, env = "JWT_JWKS")]
+    pub jwt_jwks: Option<String>,
+
+    /// A value the JWTs' `aud` must contain.
+    #[arg(long, env = "JWT_AUDIENCE")]
+    pub jwt_audience: Option<String>,
+
+    /// How long a fetched JWKS is used before it is fetched again, in seconds.
+    #[arg(long, env = "JWT_JWKS_CACHE_SECONDS", default_value_t = DEFAULT_JWKS_CACHE.as_secs())]
+    pub jwt_jwks_cache_seconds: u64,
+
+    /// The least time between two JWKS fetches prompted by an unknown key id, in seconds.
+    #[arg(long, env = "JWT_JWKS_MIN_REFRESH_SECONDS", default_value_t = DEFAULT_JWKS_MIN_REFRESH.as_secs())]
+    pub jwt_jwks_min_refresh_seconds: u64,
+
+    /// How long a graceful shutdown waits for requests in flight, in seconds.
+    #[arg(long, env = "SERVER_SHUTDOWN_TIMEOUT_SECONDS", default_value_t = 30)]
+    pub shutdown_timeout_seconds: u64,
+
+    /// Log lines as JSON objects (one per line) instead of text.
+    #[arg(long, env = "LOG_JSON", default_value_t = false,
+          value_parser = BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    pub log_json: bool,
+}
+
+impl ServerConfig {
+    /// The configuration from the environment alone (no flags), as the binary sees it when
+    /// started without arguments.
+    ///
+    /// # Errors
+    /// A variable that does not parse (`SERVER_PORT=x`, `AUTHENTICATION_DISABLED=maybe`).
+    pub fn from_env() -> Result<Self, clap::Error> {
+        Self::try_parse_from(["syncguard-server"])
+    }
+
+    /// The authentication part.
+    pub fn auth_settings(&self) -> AuthSettings {
+        let jwt = JwtSettings {
+            jwks: non_blank(self.jwt_jwks.as_deref()),
+            issuer: non_blank(self.jwt_issuer.as_deref()),
+            audience: non_blank(self.jwt_audience.as_deref()),
+            cache_ttl: Duration::from_secs(self.jwt_jwks_cache_seconds),
+            min_refresh: Duration::from_secs(self.jwt_jwks_min_refresh_seconds),
+        };
+        AuthSettings {
+            disabled: self.authentication_disabled,
+            jwt: (jwt.jwks.is_some() || jwt.issuer.is_some()).then_some(jwt),
+        }
+    }
+}
+
+/// A configured value; blank counts as unset.
+fn non_blank(value: Option<&str>) -> Option<String> {
+    value
+        .map(str::trim)
+        .filter(|value| !value.is_empty())
+        .map(str::to_owned)
+}
+
+/// How callers are authenticated, before it is acted on: see [`Auth`](crate::Auth).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AuthSettings {
+    /// `AUTHENTICATION_DISABLED`: every caller is `anonymous` (unless `jwt` is set).
+    pub disabled: bool,
+    /// JWT verification, when `JWT_JWKS` or `JWT_ISSUER` is set; it wins over `disabled`.
+    pub jwt: Option<JwtSettings>,
+}
+
+impl AuthSettings {
+    /// Authentication disabled: every caller is `anonymous`.
+    pub fn disabled() -> Self {
+        Self {
+            disabled: true,
+            jwt: None,
+        }
+    }
+
+    /// JWTs verified as `jwt` says.
+    pub fn jwt(jwt: JwtSettings) -> Self {
+        Self {
+            disabled: false,
+            jwt: Some(jwt),
+        }
+    }
+}
+
+/// How JWTs are verified.
+///
+/// ```
+/// use syncguard_server::JwtSettings;
+///
+/// let jwt = JwtSettings::with_jwks("https://idp.example/.well-known/jwks.json")
+///     .issuer("https://idp.example/")
+///     .audience("locks");
+/// assert_eq!(jwt.audience.as_deref(), Some("locks"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JwtSettings {
+    /// The JWKS URL (`JWT_JWKS`). Without it, the keys are found through the issuer's OpenID
+    /// discovery document.
+    pub jwks: Option<String>,
+    /// The required `iss` (`JWT_ISSUER`).
+    pub issuer: Option<String>,
+    /// A value `aud` must contain (`JWT_AUDIENCE`).
+    pub audience: Option<String>,
+    /// How long fetched keys are used before they are fetched again.
+    pub cache_ttl: Duration,
+    /// The least time between two fetches prompted by an unknown key id.
+    pub min_refresh: Duration,
+}
+
+impl JwtSettings {
+    /// Keys from the JWKS at `url`.
+    pub fn with_jwks(url: impl Into<String>) -> Self {
+        Self {
+            jwks: Some(url.into()),
+            issuer: None,
+            audience: None,
+            cache_ttl: DEFAULT_JWKS_CACHE,
+            min_refresh: DEFAULT_JWKS_MIN_REFRESH,
+        }
+    }
+
+    /// Tokens of `issuer`, whose keys are found through its OpenID discovery document.
+    pub fn with_issuer(issuer: impl Into<String>) -> Self {
+        Self {
+            jwks: None,
+            issuer: Some(issuer.into()),
+            audience: None,
+            cache_ttl: DEFAULT_JWKS_CACHE,
+            min_refresh: DEFAULT_JWKS_MIN_REFRESH,
+        }
+    }
+
+    /// Requires `iss` to equal `issuer`.
+    #[must_use]
+    pub fn issuer(mut self, issuer: impl Into<String>) -> Self {
+        self.issuer = Some(issuer.into());
+        self
+    }
+
+    /// Requires `aud` to contain `audience`.
+    #[must_use]
+    pub fn audience(mut self, audience: impl Into<String>) -> Self {
+        self.audience = Some(audience.into());
+        self
+    }
+
+    /// Uses fetched keys for `ttl` before fetching them again.
+    #[must_use]
+    pub fn cache_ttl(mut self, ttl: Duration) -> Self {
+        self.cache_ttl = ttl;
+        self
+    }
+
+    /// Fetches the keys again for an unknown key id at most once per `interval`.
+    #[must_use]
+    pub fn min_refresh(mut self, interval: Duration) -> Self {
+        self.min_refresh = interval;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> ServerConfig {
+        let mut all = vec!["syncguard-server"];
+        all.extend_from_slice(args);
+        ServerConfig::try_parse_from(all).expect("the flags parse")
+    }
+
+    #[test]
+    fn defaults() {
+        let config = parse(&["--backend-url", "memory:"]);
+        assert_eq!(config.port, DEFAULT_PORT);
+        assert_eq!(config.backend_url, "memory:");
+        assert!(config.setup_schema);
+    }
+
+    #[test]
+    fn jwt_wins_over_disabled() {
+        let config = parse(&[
+            "--authentication-disabled",
+            "true",
+            "--jwt-jwks",
+            "http://127.0.0.1:1/jwks",
+        ]);
+        let auth = config.auth_settings();
+        assert!(auth.disabled);
+        assert_eq!(
+            auth.jwt.and_then(|jwt| jwt.jwks).as_deref(),
+            Some("http://127.0.0.1:1/jwks")
+        );
+    }
+
+    #[test]
+    fn blank_jwt_settings_are_unset() {
+        let config = parse(&["--jwt-issuer", "  ", "--authentication-disabled", "yes"]);
+        assert_eq!(config.auth_settings(), AuthSettings::disabled());
+    }
+}

@@ -1,0 +1,121 @@
+//! What the JWT tests sign with and verify against: RSA keys generated per run, and a key
+//! server on loopback (a JWKS and an OpenID discovery document).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use axum::Json;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use jsonwebtoken::jwk::{Jwk, JwkSet};
+use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
+use rsa::pkcs1::EncodeRsaPrivateKey;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+/// An RSA key pair, as jsonwebtoken signs with it and as a JWKS publishes it.
+pub(crate) struct TestKey {
+    encoding: EncodingKey,
+    kid: String,
+}
+
+impl TestKey {
+    fn generate(kid: &str) -> Self {
+        let private = rsa::RsaPrivateKey::new(&mut rsa::rand_core::OsRng, 2048).unwrap();
+        let der = private.to_pkcs1_der().unwrap();
+        Self {
+            encoding: EncodingKey::from_rsa_der(der.as_bytes()),
+            kid: kid.to_owned(),
+        }
+    }
+
+    fn jwk(&self) -> Jwk {
+        let mut jwk = Jwk::from_encoding_key(&self.encoding, Algorithm::RS256).unwrap();
+        jwk.common.key_id = Some(self.kid.clone());
+        jwk
+    }
+
+    /// A token with these claims, signed with this key (and naming it).
+    pub(crate) fn sign(&self, claims: &Value) -> String {
+        self.sign_as(&self.kid, claims)
+    }
+
+    /// A token signed with this key but naming key `kid`.
+    pub(crate) fn sign_as(&self, kid: &str, claims: &Value) -> String {
+        let mut header = Header::new(Algorithm::RS256);
+        header.kid = Some(kid.to_owned());
+        encode(&header, claims, &self.encoding).unwrap()
+    }
+}
+
+/// Two keys, generated once per test binary (RSA key generation is slow without
+/// optimizations): `a` is published from the start, `b` only where a test publishes it.
+pub(crate) fn keys() -> &'static (TestKey, TestKey) {
+    static KEYS: OnceLock<(TestKey, TestKey)> = OnceLock::new();
+    KEYS.get_or_init(|| {
+        // With every feature on, jsonwebtoken has two crypto providers and picks none; the
+        // server installs its pure-Rust one, and so do the tests before they sign.
+        let _ = jsonwebtoken::crypto::rust_crypto::DEFAULT_PROVIDER.install_default();
+        let b = std::thread::spawn(|| TestKey::generate("key-b"));
+        let a = TestKey::generate("key-a");
+        (a, b.join().unwrap())
+    })
+}
+
+/// A key server: `/jwks` and `/.well-known/openid-configuration`, counting JWKS fetches,
+/// failing on demand.
+#[derive(Clone)]
+pub(crate) struct KeyServer {
+    pub(crate) base: String,
+    set: Arc<Mutex<JwkSet>>,
+    fetches: Arc<AtomicUsize>,
+    pub(crate) failing: Arc<AtomicBool>,
+}
+
+impl KeyServer {
+    pub(crate) async fn start(keys: &[&TestKey]) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server = Self {
+            base: format!("http://{}", listener.local_addr().unwrap()),
+            set: Arc::new(Mutex::new(JwkSet {
+                keys: keys.iter().map(|key| key.jwk()).collect(),
+            })),
+            fetches: Arc::new(AtomicUsize::new(0)),
+            failing: Arc::new(AtomicBool::new(false)),
+        };
+        let app = Router::new()
+            .route("/jwks", get(serve_jwks))
+            .route("/.well-known/openid-configuration", get(serve_discovery))
+            .with_state(server.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        server
+    }
+
+    pub(crate) fn jwks_url(&self) -> String {
+        format!("{}/jwks", self.base)
+    }
+
+    pub(crate) fn publish(&self, key: &TestKey) {
+        self.set.lock().unwrap().keys.push(key.jwk());
+    }
+
+    pub(crate) fn fetches(&self) -> usize {
+        self.fetches.load(Ordering::SeqCst)
+    }
+}
+
+async fn serve_jwks(State(server): State<KeyServer>) -> Response {
+    server.fetches.fetch_add(1, Ordering::SeqCst);
+    if server.failing.load(Ordering::SeqCst) {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    }
+    let set = server.set.lock().unwrap().clone();
+    Json(set).into_response()
+}
+
+async fn serve_discovery(State(server): State<KeyServer>) -> Response {
+    Json(json!({"issuer": server.base, "jwks_uri": server.jwks_url()})).into_response()
+}

@@ -1,0 +1,149 @@
+//! Acquiring, with or without a holder: one call of the acquire function, what a retry finds
+//! of its first run, and who releases a lock whose acquire has an unknown outcome.
+//!
+//! # A retried, or lost, acquire with a holder
+//!
+//! A plain acquire's lock id is unique to the attempt: a retry recognizes its own lock by it,
+//! and a lock taken by an acquire in doubt is released by it (`in_doubt.rs`), since nobody
+//! else can know that id. An acquire with a holder (`acquire_as`) re-enters its holder's live
+//! lock and answers with that lock's id, so the id of a lock it took can be handed out again.
+//! Hence:
+//!
+//! - **Retried** after a dead connection: the first run may have taken the lock (a fresh one
+//!   under this attempt's id, or a re-entry that restarted the holder's lease). The retry runs
+//!   the same call, which re-enters whatever the first run left (it is stored with the same
+//!   holder) and answers with that lock's id and fence: the caller gets the lock its holder
+//!   holds, whichever run took it, and no lookup by lock id is needed. The retry is contended
+//!   only when another holder's lock is live now, and then no lock of this holder is.
+//! - **In doubt** (timed out, connection failed mid-statement, caller gone): never released
+//!   in the background. A later `acquire_as` of the same holder, in this process or in another
+//!   one sharing the tables, re-enters a lock the lost call took and is told it holds it, under
+//!   that lock's id: releasing the id would take the lock from under that caller. And a lost
+//!   re-entry's lock is one its holder held before the call. Such a lock is no orphan either:
+//!   it is stored with its holder, whose next `acquire_as` (a client retrying after the error)
+//!   re-enters it, and otherwise it expires at its ttl, as the lock of a crashed holder does.
+
+use std::time::Duration;
+
+use sqlx::Row;
+use sqlx::postgres::PgRow;
+
+use super::in_doubt::AcquireInDoubt;
+use super::operations::{as_bigint, decode_error, millis, parse_lock_id};
+use super::session::{Attempt, boxed};
+use super::{PostgresBackend, STORAGE_KEY_LIMIT_BYTES};
+use crate::backend::{AcquireOutcome, Lease, check_holder};
+use crate::key::{make_fence_key, make_storage_key, normalize_key};
+use crate::time::{TIME_TOLERANCE_MS, ttl_millis};
+use crate::{FENCE_MAX, Fence, LockError, LockId};
+
+impl PostgresBackend {
+    /// Takes the lock on `key` for `ttl`; with a `holder`, stores it with the lock and
+    /// re-enters that holder's live lock.
+    pub(super) async fn acquire_impl(
+        &self,
+        key: &str,
+        ttl: Duration,
+        holder: Option<&str>,
+    ) -> Result<AcquireOutcome, LockError> {
+        let key = normalize_key(key)?;
+        let ttl_ms = ttl_millis(ttl)?;
+        if let Some(holder) = holder {
+            check_holder(holder)?;
+        }
+        let storage_key = make_storage_key("", &key, STORAGE_KEY_LIMIT_BYTES, 0)?;
+        let fence_key = make_fence_key("", &storage_key, STORAGE_KEY_LIMIT_BYTES, 0)?;
+        let lock_id = LockId::generate();
+        let (acquire, lookup_by_id) = (&self.inner.acquire, &self.inner.lookup_by_id);
+        let in_doubt = match holder {
+            None => AcquireInDoubt::new(self, &lock_id, ttl),
+            // Its lock id may be another caller's by now (see the module docs).
+            Some(_) => AcquireInDoubt::never_released(),
+        };
+        let outcome = self
+            .session
+            .run(|conn, attempt| {
+                let (key, storage_key, fence_key) =
+                    (key.to_string(), storage_key.clone(), fence_key.clone());
+                let lock_id = lock_id.as_str().to_owned();
+                let holder = holder.map(str::to_owned);
+                let (acquire, lookup_by_id) = (acquire.clone(), lookup_by_id.clone());
+                boxed(async move {
+                    let row = sqlx::query(acquire)
+                        .bind(&storage_key)
+                        .bind(&key)
+                        .bind(&fence_key)
+                        .bind(&lock_id)
+                        .bind(as_bigint(ttl_ms))
+                        .bind(as_bigint(TIME_TOLERANCE_MS))
+                        .bind(as_bigint(FENCE_MAX))
+                        .bind(&holder)
+                        .fetch_one(&mut *conn)
+                        .await?;
+                    // With a holder, the call itself re-entered what the first run took.
+                    if attempt == Attempt::Retry
+                        && holder.is_none()
+                        && !row.try_get::<bool, _>(0)?
+                    {
+                        // The first run may have taken the lock before its connection died:
+                        // then the lock it finds is its own.
+                        let own = sqlx::query(lookup_by_id)
+                            .bind(&lock_id)
+                            .bind(as_bigint(TIME_TOLERANCE_MS))
+                            .fetch_optional(&mut *conn)
+                            .await?;
+                        return Ok(Acquired::from_lookup(own));
+                    }
+                    Ok(Acquired::Row(row))
+                })
+            })
+            .await;
+        match outcome {
+            // A retry found another holder: the first run may still land, so the acquire stays
+            // in doubt (released in the background when `in_doubt` drops).
+            Ok(Acquired::HeldByAnother) => Ok(AcquireOutcome::Contended),
+            Ok(Acquired::Row(row)) => {
+                in_doubt.settle();
+                if !row.try_get::<bool, _>(0).map_err(decode_error)? {
+                    return Ok(AcquireOutcome::Contended);
+                }
+                // This call's lock id, or the re-entered lock's.
+                let held: String = row.try_get(3).map_err(decode_error)?;
+                Ok(AcquireOutcome::Acquired(Lease::new(
+                    parse_lock_id(&held)?,
+                    millis(&row, 1)?,
+                    Fence::new(millis(&row, 2)?)?,
+                )))
+            }
+            Ok(Acquired::OwnLock(row)) => {
+                in_doubt.settle();
+                let fence: String = row.try_get(4).map_err(decode_error)?;
+                Ok(AcquireOutcome::Acquired(Lease::new(
+                    lock_id,
+                    millis(&row, 2)?,
+                    fence.parse()?,
+                )))
+            }
+            Err(error) => {
+                in_doubt.settle_if_certain(&error);
+                Err(error)
+            }
+        }
+    }
+}
+
+/// What an acquire statement found.
+enum Acquired {
+    /// The acquire function's row: taken (or re-entered), or contended.
+    Row(PgRow),
+    /// A retried plain acquire found the lock its first run took (a lookup row).
+    OwnLock(PgRow),
+    /// A retried plain acquire found another holder.
+    HeldByAnother,
+}
+
+impl Acquired {
+    fn from_lookup(row: Option<PgRow>) -> Self {
+        row.map_or(Self::HeldByAnother, Self::OwnLock)
+    }
+}
