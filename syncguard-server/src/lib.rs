@@ -135,9 +135,8 @@
 //! The server stores each lock's holder (owner and instanceId) with the lock, through
 //! [`LockBackend::acquire_as`](syncguard::backend::LockBackend::acquire_as), so several server
 //! processes on one PostgreSQL, Redis or Firestore serve the same locks. It refuses to start
-//! on a backend whose `capabilities().holders` is false, saying so: today only the memory
-//! backend stores holders; PostgreSQL, Redis and Firestore will, and the server then runs on
-//! them unchanged. The feature `opentelemetry` adds syncguard's OpenTelemetry spans and
+//! on a backend whose `capabilities().holders` is false, saying so (all of syncguard's
+//! backends store holders; a backend of your own may not). The feature `opentelemetry` adds syncguard's OpenTelemetry spans and
 //! metrics of the backend calls, recorded with the process's global providers.
 //!
 //! # Operations

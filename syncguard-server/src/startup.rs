@@ -29,7 +29,7 @@ pub enum StartupError {
     /// The backend does not store lock holders, which the server needs to tell LSC's
     /// owner + instanceId pairs apart.
     #[error(
-        "the {backend} backend does not store lock holders yet (its capabilities().holders is false): syncguard-server keeps each lock's owner and instanceId with the lock through LockBackend::acquire_as, so it cannot run on it; use a backend that does (memory, PostgreSQL or Redis)"
+        "the {backend} backend does not store lock holders yet (its capabilities().holders is false): syncguard-server keeps each lock's owner and instanceId with the lock through LockBackend::acquire_as, so it cannot run on it; use a backend that does (memory, PostgreSQL, Redis or Firestore)"
     )]
     NoHolders {
         /// The backend's name, from its capabilities.

@@ -169,8 +169,7 @@ fn the_binary_refuses_a_bad_setting() {
     assert!(stderr.contains("maybe"), "{stderr}");
 }
 
-/// A memory backend that says it stores no holders, as PostgreSQL, Redis and Firestore do
-/// until they implement them.
+/// A memory backend that says it stores no holders, as a backend of a user's own may.
 struct NoHolders(MemoryBackend);
 
 impl LockBackend for NoHolders {
