@@ -10,7 +10,8 @@
 //! perf stat -e task-clock,context-switches,syscalls:sys_enter_futex \
 //!     target/release/deps/overhead-* requests locked 20000 16
 //! # The server alone, for a load generator in another process (kind, port, worker threads);
-//! # wrk with a script that sends a fresh Idempotency-Key per request (see the README):
+//! # wrk with benches/wrk-idempotency.lua, a fresh Idempotency-Key per request (as
+//! # scripts/bench-tower-wrk.sh runs it; BENCHMARKS.md has its figures):
 //! target/release/deps/overhead-* serve locked 18002 1
 //! ```
 //!

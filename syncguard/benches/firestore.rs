@@ -5,6 +5,11 @@
 //! the real service (where each operation is a network round trip to Google); they show the
 //! backend's own cost and how it behaves under contention.
 //!
+//! A freshly started emulator runs its first few thousand operations cold (its JVM has not
+//! compiled them yet): a first scenario run at once (1 worker, distinct keys) did 20-27
+//! cycles/s, about 100 after a warm-up of 15 s. So `SYNCGUARD_BENCH_WARMUP_SECS` (default 15)
+//! of cycles on distinct keys, 4 workers, run first, uncounted.
+//!
 //! ```sh
 //! bash scripts/with-services.sh cargo bench -p syncguard --features firestore --bench firestore
 //! ```
@@ -39,6 +44,34 @@ async fn main() {
         .await
         .expect("connect to the emulator");
     let duration = scenario_duration();
+    let warmup = std::env::var("SYNCGUARD_BENCH_WARMUP_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(Duration::from_secs(15), Duration::from_secs_f64);
+    let warmup_prefix = format!("warmup:{}", LockId::generate());
+    let warm = backend.clone();
+    let warmed = run(4, warmup, move |worker, iteration| {
+        let backend = warm.clone();
+        let key = format!("{warmup_prefix}:{worker}:{iteration}");
+        async move {
+            let lease = backend.acquire(&key, TTL).await.expect("acquire");
+            let lease = lease.lease().expect("a fresh key is free");
+            assert!(
+                backend
+                    .release(&lease.lock_id)
+                    .await
+                    .expect("release")
+                    .is_released()
+            );
+            Cycle::Done
+        }
+    })
+    .await;
+    println!(
+        "warm-up: {} cycles in {}s on 4 workers, not counted",
+        warmed.cycles,
+        warmup.as_secs_f64()
+    );
     println!(
         "Firestore emulator at {host}; acquire+release cycles, {}s per scenario:\n",
         duration.as_secs_f64()

@@ -3,7 +3,9 @@
 //! Tables, columns, key derivation, fence format and the per-key advisory lock are those of
 //! the SyncGuard reference design, so Rust and TypeScript services can share the same tables
 //! ([compatibility](#compatibility-with-the-typescript-reference)). The database server's
-//! clock decides expiry. Every operation is **one round trip**: acquire (and `acquire_as`) is
+//! clock decides expiry. Every operation is **one statement**, so the caller waits for one
+//! round trip (sqlx 0.9 then pings the connection it puts back into the pool, a second
+//! exchange the caller does not wait for): acquire (and `acquire_as`) is
 //! a server-side function that [`setup_schema`] installs (the reference runs the same steps as
 //! an eight-round-trip transaction); release, extend, `extend_by`, `is_locked` and lookups are
 //! single statements whose `WHERE` clause checks ownership and liveness, so that a concurrent

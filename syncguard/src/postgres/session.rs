@@ -3,7 +3,9 @@
 //!
 //! - Connections come straight from the pool, which hands them out in the order callers
 //!   asked and, built with [`PostgresBackend::pool_options`](super::PostgresBackend::pool_options),
-//!   without a ping: one round trip per operation, and no connection kept aside.
+//!   without a ping before use: the caller waits for one round trip per operation, and no
+//!   connection is kept aside. (sqlx 0.9 pings each connection as it goes back to the pool,
+//!   after the caller has its answer: the server sees two exchanges per operation.)
 //! - Waiting for a connection is bounded by the acquire timeout. A server that refuses
 //!   connections (none on that port) is reported at once: sqlx would retry a refused
 //!   connection until the timeout, so a wait that lasts while the pool opens a connection
