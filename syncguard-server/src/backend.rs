@@ -6,6 +6,7 @@
 //! | `postgres://...`, `postgresql://...` | `PostgresBackend` (the lock tables are created at startup unless `SYNCGUARD_SETUP_SCHEMA=false`) | `postgres` (`postgres-tls` for `sslmode=require` and stricter) |
 //! | `redis://...`, `rediss://...` | `RedisBackend` | `redis` (`redis-tls` for `rediss://`) |
 //! | `firestore://<project>` | `FirestoreBackend` (Application Default Credentials, or the emulator named by `FIRESTORE_EMULATOR_HOST`) | `firestore` |
+//! | `postgres://...` with `SYNCGUARD_LSC_TABLE=<table>` | `LscTableBackend` on LockServiceCentral's own table (its side tables, and the table if missing, are created at startup unless `SYNCGUARD_SETUP_SCHEMA=false`) | `postgres` |
 //!
 //! Whatever the backend, the server needs it to store lock holders (its
 //! `capabilities().holders`): [`require_holders`] refuses one that does not, with a message
@@ -126,13 +127,35 @@ pub fn require_holders(backend: &dyn LockBackend) -> Result<(), StartupError> {
 /// [`StartupError::UnknownBackend`], [`StartupError::FeatureMissing`] (the URL names a
 /// backend this binary was built without), [`StartupError::Backend`] (connecting failed),
 /// [`StartupError::NoHolders`].
+///
+/// With `SYNCGUARD_LSC_TABLE` set (and not blank), as [`open_backend_with`] on that table.
 pub async fn open_backend(
     url: &str,
     setup_schema: bool,
 ) -> Result<Arc<dyn LockBackend>, StartupError> {
+    let lsc_table = std::env::var("SYNCGUARD_LSC_TABLE").ok();
+    open_backend_with(url, setup_schema, lsc_table.as_deref()).await
+}
+
+/// As [`open_backend`], with `lsc_table` (`SYNCGUARD_LSC_TABLE`, `None` or blank: unset): on
+/// a `postgres://` URL, the server runs on LockServiceCentral's own table of that name
+/// (`LscTableBackend`).
+///
+/// # Errors
+/// As [`open_backend`]; [`StartupError::Backend`] for an invalid table name or a URL that is
+/// not `postgres://`; [`StartupError::FeatureMissing`] without the `postgres` feature.
+pub async fn open_backend_with(
+    url: &str,
+    setup_schema: bool,
+    lsc_table: Option<&str>,
+) -> Result<Arc<dyn LockBackend>, StartupError> {
     #[cfg(not(feature = "postgres"))]
     let _ = setup_schema;
-    let backend: Arc<dyn LockBackend> = match BackendUrl::parse(url)? {
+    let parsed = BackendUrl::parse(url)?;
+    if let Some(table) = lsc_table.map(str::trim).filter(|table| !table.is_empty()) {
+        return open_lsc_table(&parsed, table, setup_schema).await;
+    }
+    let backend: Arc<dyn LockBackend> = match parsed {
         BackendUrl::Memory => Arc::new(MemoryBackend::new()),
         #[cfg(feature = "postgres")]
         BackendUrl::Postgres(url) => {
@@ -180,6 +203,47 @@ pub async fn open_backend(
     Ok(instrumented(backend))
 }
 
+/// The LSC-table backend on `table`, for a `postgres://` URL.
+async fn open_lsc_table(
+    url: &BackendUrl,
+    table: &str,
+    setup_schema: bool,
+) -> Result<Arc<dyn LockBackend>, StartupError> {
+    const NAME: &str = "postgres-lsc-table";
+    let BackendUrl::Postgres(url) = url else {
+        return Err(StartupError::Backend {
+            backend: NAME,
+            source: syncguard::LockError::invalid_argument(
+                "SYNCGUARD_LSC_TABLE needs a postgres:// SYNCGUARD_BACKEND_URL",
+            ),
+        });
+    };
+    #[cfg(feature = "postgres")]
+    {
+        let failed = |source| StartupError::Backend {
+            backend: NAME,
+            source,
+        };
+        let backend = crate::lsc_table::LscTableBackend::connect(url, table)
+            .await
+            .map_err(failed)?;
+        if setup_schema {
+            backend.setup().await.map_err(failed)?;
+        }
+        let backend: Arc<dyn LockBackend> = Arc::new(backend);
+        require_holders(&*backend)?;
+        Ok(instrumented(backend))
+    }
+    #[cfg(not(feature = "postgres"))]
+    {
+        let _ = (url, table, setup_schema);
+        Err(StartupError::FeatureMissing {
+            backend: NAME,
+            feature: "postgres",
+        })
+    }
+}
+
 /// The backend with OpenTelemetry spans and metrics (feature `opentelemetry`), recorded with
 /// the global providers the process installs.
 #[cfg(feature = "opentelemetry")]
@@ -214,6 +278,16 @@ mod tests {
         let message = error.to_string();
         assert!(!message.contains("secret"), "{message}");
         assert!(message.contains("mysql://app:***@db:3306/x"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn lsc_table_needs_postgres() {
+        let Err(error) = open_backend_with("memory:", true, Some("locks")).await else {
+            panic!("an LSC table needs PostgreSQL");
+        };
+        assert!(error.to_string().contains("postgres"), "{error}");
+        // Blank counts as unset.
+        assert!(open_backend_with("memory:", true, Some(" ")).await.is_ok());
     }
 
     #[tokio::test]

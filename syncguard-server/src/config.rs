@@ -59,6 +59,12 @@ pub struct ServerConfig {
           value_parser = BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub setup_schema: bool,
 
+    /// On PostgreSQL, run on LockServiceCentral's own lock table of this name (LSC's
+    /// `locker.postgres.tableName`, usually `locks`) instead of syncguard's tables, so that
+    /// LSC processes and this server share the locks during a migration.
+    #[arg(long, env = "SYNCGUARD_LSC_TABLE")]
+    pub lsc_table: Option<String>,
+
     /// Accept every caller as owner `anonymous` (ignored when `JWT_JWKS` or `JWT_ISSUER` is
     /// set, as in LSC).
     #[arg(long, env = "AUTHENTICATION_DISABLED", default_value_t = false,

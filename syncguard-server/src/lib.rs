@@ -99,6 +99,7 @@
 //! | `SERVER_ADDRESS` | `--address` | `0.0.0.0` | |
 //! | `SYNCGUARD_BACKEND_URL` | `--backend-url` | `memory:` | the backend (below) |
 //! | `SYNCGUARD_SETUP_SCHEMA` | `--setup-schema` | `true` | PostgreSQL: create the lock tables at startup |
+//! | `SYNCGUARD_LSC_TABLE` | `--lsc-table` | | PostgreSQL: run on LSC's own table of this name (below) |
 //! | `AUTHENTICATION_DISABLED` | `--authentication-disabled` | `false` | every caller is owner `anonymous` |
 //! | `JWT_JWKS` | `--jwt-jwks` | | the JWKS URL of the token signing keys |
 //! | `JWT_ISSUER` | `--jwt-issuer` | | required `iss`; alone, the keys come from `<issuer>/.well-known/openid-configuration` |
@@ -138,6 +139,22 @@
 //! on a backend whose `capabilities().holders` is false, saying so (all of syncguard's
 //! backends store holders; a backend of your own may not). The feature `opentelemetry` adds syncguard's OpenTelemetry spans and
 //! metrics of the backend calls, recorded with the process's global providers.
+//!
+//! ## LSC's PostgreSQL table (migrations)
+//!
+//! `SYNCGUARD_LSC_TABLE=locks` with a `postgres://` `SYNCGUARD_BACKEND_URL` (feature
+//! `postgres`) runs the server on LockServiceCentral's own table (`LscTableBackend`),
+//! with LSC's schema and LSC's statement shapes, so that `syncguard-server` processes and LSC
+//! processes serve the same locks while clients move over. The name must match
+//! `^[a-zA-Z_][a-zA-Z0-9_]*$` and leave room for the two tables of ours beside it:
+//! `<table>_fences` (the fence counters, never deleted from, since LSC deletes its rows) and
+//! `<table>_syncguard` (lock id → row). At startup (unless `SYNCGUARD_SETUP_SCHEMA=false`)
+//! those are created if missing, and LSC's table too, with LSC's documented DDL, if it is
+//! missing; an existing LSC table is never altered. Every decision uses the database clock,
+//! in whole seconds as LSC stores them. A lock LSC took shows its owner and is refused to
+//! other holders; a lock the server took is refused by LSC's acquire to other holders and
+//! released by LSC's release of its holder. Fencing tokens order the acquisitions made
+//! through `syncguard-server` only: LSC's own acquisitions do not bump the counters.
 //!
 //! # Operations
 //!
@@ -218,6 +235,8 @@ mod config;
 mod error;
 mod holder;
 mod locks;
+#[cfg(feature = "postgres")]
+mod lsc_table;
 mod openapi;
 mod ops;
 mod responses;
@@ -230,11 +249,13 @@ mod trace;
 mod validation;
 
 pub use auth::{ANONYMOUS, Auth};
-pub use backend::{BackendUrl, open_backend, require_holders};
+pub use backend::{BackendUrl, open_backend, open_backend_with, require_holders};
 pub use config::{
     AuthSettings, DEFAULT_JWKS_CACHE, DEFAULT_JWKS_MIN_REFRESH, DEFAULT_PORT, JwtSettings,
     ServerConfig,
 };
+#[cfg(feature = "postgres")]
+pub use lsc_table::{LscTableBackend, validate_table_name};
 pub use openapi::OPENAPI_YAML;
 pub use responses::FENCING_TOKEN;
 pub use router::router;
