@@ -527,7 +527,7 @@ async fn main() {
 
     let mut rows = Vec::new();
     for (name, url) in &urls {
-        let backend = open_backend(url, true)
+        let backend = open_backend(url, true, None)
             .await
             .unwrap_or_else(|error| fail(&format!("opening {name} failed: {error}")));
         let app = router(Arc::clone(&backend), Auth::disabled()).expect("a backend with holders");

@@ -121,30 +121,16 @@ pub fn require_holders(backend: &dyn LockBackend) -> Result<(), StartupError> {
 }
 
 /// Opens the backend `url` names, checks that it stores holders, and (on PostgreSQL, when
-/// `setup_schema`) creates its tables.
+/// `setup_schema`) creates its tables. With `lsc_table` (`SYNCGUARD_LSC_TABLE`; `None` or
+/// blank: unset) on a `postgres://` URL, the server runs on LockServiceCentral's own table of
+/// that name (`LscTableBackend`).
 ///
 /// # Errors
 /// [`StartupError::UnknownBackend`], [`StartupError::FeatureMissing`] (the URL names a
-/// backend this binary was built without), [`StartupError::Backend`] (connecting failed),
-/// [`StartupError::NoHolders`].
-///
-/// With `SYNCGUARD_LSC_TABLE` set (and not blank), as [`open_backend_with`] on that table.
+/// backend this binary was built without, or `lsc_table` without the `postgres` feature),
+/// [`StartupError::Backend`] (connecting failed, an invalid table name, or `lsc_table` with a
+/// URL that is not `postgres://`), [`StartupError::NoHolders`].
 pub async fn open_backend(
-    url: &str,
-    setup_schema: bool,
-) -> Result<Arc<dyn LockBackend>, StartupError> {
-    let lsc_table = std::env::var("SYNCGUARD_LSC_TABLE").ok();
-    open_backend_with(url, setup_schema, lsc_table.as_deref()).await
-}
-
-/// As [`open_backend`], with `lsc_table` (`SYNCGUARD_LSC_TABLE`, `None` or blank: unset): on
-/// a `postgres://` URL, the server runs on LockServiceCentral's own table of that name
-/// (`LscTableBackend`).
-///
-/// # Errors
-/// As [`open_backend`]; [`StartupError::Backend`] for an invalid table name or a URL that is
-/// not `postgres://`; [`StartupError::FeatureMissing`] without the `postgres` feature.
-pub async fn open_backend_with(
     url: &str,
     setup_schema: bool,
     lsc_table: Option<&str>,
@@ -282,17 +268,17 @@ mod tests {
 
     #[tokio::test]
     async fn lsc_table_needs_postgres() {
-        let Err(error) = open_backend_with("memory:", true, Some("locks")).await else {
+        let Err(error) = open_backend("memory:", true, Some("locks")).await else {
             panic!("an LSC table needs PostgreSQL");
         };
         assert!(error.to_string().contains("postgres"), "{error}");
         // Blank counts as unset.
-        assert!(open_backend_with("memory:", true, Some(" ")).await.is_ok());
+        assert!(open_backend("memory:", true, Some(" ")).await.is_ok());
     }
 
     #[tokio::test]
     async fn memory_has_holders() {
-        let backend = open_backend("memory:", true).await.unwrap();
+        let backend = open_backend("memory:", true, None).await.unwrap();
         assert!(backend.capabilities().holders);
     }
 }

@@ -249,7 +249,7 @@ mod trace;
 mod validation;
 
 pub use auth::{ANONYMOUS, Auth};
-pub use backend::{BackendUrl, open_backend, open_backend_with, require_holders};
+pub use backend::{BackendUrl, open_backend, require_holders};
 pub use config::{
     AuthSettings, DEFAULT_JWKS_CACHE, DEFAULT_JWKS_MIN_REFRESH, DEFAULT_PORT, JwtSettings,
     ServerConfig,

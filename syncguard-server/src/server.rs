@@ -8,7 +8,7 @@ use axum::Router;
 use tokio::net::TcpListener;
 
 use crate::auth::{Auth, install_crypto_provider};
-use crate::backend::open_backend_with;
+use crate::backend::open_backend;
 use crate::config::ServerConfig;
 use crate::router::router;
 use crate::shutdown::shutdown_signal;
@@ -26,7 +26,7 @@ pub async fn run(config: ServerConfig) -> Result<(), StartupError> {
     // Before any backend client may sign a token of its own (the Firestore client does).
     install_crypto_provider();
     let auth = Auth::from_settings(&config.auth_settings())?;
-    let backend = open_backend_with(
+    let backend = open_backend(
         &config.backend_url,
         config.setup_schema,
         config.lsc_table.as_deref(),

@@ -15,7 +15,7 @@ use serde_json::json;
 use sqlx::{AssertSqlSafe, PgPool};
 use support::{TestServer, now_seconds};
 use syncguard::backend::{AcquireOutcome, LockBackend};
-use syncguard_server::{Auth, LscTableBackend, open_backend_with};
+use syncguard_server::{Auth, LscTableBackend, open_backend};
 
 fn postgres_url() -> String {
     std::env::var("SYNCGUARD_TEST_POSTGRES_URL").unwrap_or_else(|_| {
@@ -171,7 +171,7 @@ async fn start(tag: &str, lsc_first: bool) -> (TestServer, Lsc, Arc<dyn LockBack
             .await
             .unwrap();
     }
-    let backend = open_backend_with(&url, true, Some(&table)).await.unwrap();
+    let backend = open_backend(&url, true, Some(&table)).await.unwrap();
     assert_eq!(backend.capabilities().backend, "postgres-lsc-table");
     let server = TestServer::start(backend.clone(), Auth::disabled()).await;
     (server, Lsc { pool, table }, backend)
