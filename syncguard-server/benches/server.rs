@@ -45,7 +45,7 @@ use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use syncguard::backend::LockBackend;
 use syncguard::{LockOptions, RetryPolicy};
-use syncguard_server::{Auth, open_backend, router};
+use syncguard_server::{Auth, BackendSettings, open_backend, router};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 
@@ -527,7 +527,7 @@ async fn main() {
 
     let mut rows = Vec::new();
     for (name, url) in &urls {
-        let backend = open_backend(url, true, None)
+        let backend = open_backend(&BackendSettings::new(url))
             .await
             .unwrap_or_else(|error| fail(&format!("opening {name} failed: {error}")));
         let app = router(Arc::clone(&backend), Auth::disabled()).expect("a backend with holders");

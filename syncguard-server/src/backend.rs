@@ -19,6 +19,7 @@ use std::sync::Arc;
 use syncguard::MemoryBackend;
 use syncguard::backend::LockBackend;
 
+use crate::config::BackendSettings;
 use crate::startup::StartupError;
 
 /// The backend a URL names.
@@ -120,26 +121,28 @@ pub fn require_holders(backend: &dyn LockBackend) -> Result<(), StartupError> {
     }
 }
 
-/// Opens the backend `url` names, checks that it stores holders, and (on PostgreSQL, when
-/// `setup_schema`) creates its tables. With `lsc_table` (`SYNCGUARD_LSC_TABLE`; `None` or
-/// blank: unset) on a `postgres://` URL, the server runs on LockServiceCentral's own table of
-/// that name (`LscTableBackend`).
+/// Opens the backend `settings.url` names, checks that it stores holders, and (on
+/// PostgreSQL, when `settings.setup_schema`) creates its tables. With `settings.lsc_table` on
+/// a `postgres://` URL, the server runs on LockServiceCentral's own table of that name
+/// (`LscTableBackend`), with its fence trigger unless `settings.lsc_fence_trigger` is off.
 ///
 /// # Errors
 /// [`StartupError::UnknownBackend`], [`StartupError::FeatureMissing`] (the URL names a
 /// backend this binary was built without, or `lsc_table` without the `postgres` feature),
-/// [`StartupError::Backend`] (connecting failed, an invalid table name, or `lsc_table` with a
-/// URL that is not `postgres://`), [`StartupError::NoHolders`].
+/// [`StartupError::Backend`] (connecting failed, an invalid table name, `lsc_table` with a URL
+/// that is not `postgres://`, or the fence trigger wanted, missing, and not to be installed
+/// because the schema setup is off), [`StartupError::NoHolders`].
 pub async fn open_backend(
-    url: &str,
-    setup_schema: bool,
-    lsc_table: Option<&str>,
+    settings: &BackendSettings,
 ) -> Result<Arc<dyn LockBackend>, StartupError> {
-    #[cfg(not(feature = "postgres"))]
-    let _ = setup_schema;
-    let parsed = BackendUrl::parse(url)?;
-    if let Some(table) = lsc_table.map(str::trim).filter(|table| !table.is_empty()) {
-        return open_lsc_table(&parsed, table, setup_schema).await;
+    let parsed = BackendUrl::parse(&settings.url)?;
+    if let Some(table) = settings
+        .lsc_table
+        .as_deref()
+        .map(str::trim)
+        .filter(|table| !table.is_empty())
+    {
+        return open_lsc_table(&parsed, table, settings).await;
     }
     let backend: Arc<dyn LockBackend> = match parsed {
         BackendUrl::Memory => Arc::new(MemoryBackend::new()),
@@ -154,7 +157,7 @@ pub async fn open_backend(
                 .map_err(failed)?;
             // Before any DDL: a backend the server cannot use is left as it was.
             require_holders(&backend)?;
-            if setup_schema {
+            if settings.setup_schema {
                 syncguard::postgres::setup_schema(backend.pool(), backend.config())
                     .await
                     .map_err(failed)?;
@@ -193,7 +196,7 @@ pub async fn open_backend(
 async fn open_lsc_table(
     url: &BackendUrl,
     table: &str,
-    setup_schema: bool,
+    settings: &BackendSettings,
 ) -> Result<Arc<dyn LockBackend>, StartupError> {
     const NAME: &str = "postgres-lsc-table";
     let BackendUrl::Postgres(url) = url else {
@@ -213,8 +216,24 @@ async fn open_lsc_table(
         let backend = crate::lsc_table::LscTableBackend::connect(url, table)
             .await
             .map_err(failed)?;
-        if setup_schema {
+        if settings.setup_schema {
             backend.setup().await.map_err(failed)?;
+            if settings.lsc_fence_trigger {
+                backend.install_fence_trigger().await.map_err(failed)?;
+            }
+        } else if settings.lsc_fence_trigger
+            && !backend.has_fence_trigger().await.map_err(failed)?
+        {
+            // Tokens that could repeat after an LSC holder are worse than not starting.
+            return Err(failed(syncguard::LockError::invalid_argument(format!(
+                "LSC's table `{table}` has no fence trigger, so LSC's acquisitions would not advance the fencing tokens: start once with SYNCGUARD_SETUP_SCHEMA=true to install it, or set SYNCGUARD_LSC_FENCE_TRIGGER=false to accept tokens that order this server's acquisitions only"
+            ))));
+        }
+        if !settings.lsc_fence_trigger {
+            tracing::warn!(
+                table,
+                "SYNCGUARD_LSC_FENCE_TRIGGER=false: fencing tokens order this server's acquisitions only, not LSC's"
+            );
         }
         let backend: Arc<dyn LockBackend> = Arc::new(backend);
         require_holders(&*backend)?;
@@ -222,7 +241,7 @@ async fn open_lsc_table(
     }
     #[cfg(not(feature = "postgres"))]
     {
-        let _ = (url, table, setup_schema);
+        let _ = (url, table, settings);
         Err(StartupError::FeatureMissing {
             backend: NAME,
             feature: "postgres",
@@ -268,17 +287,21 @@ mod tests {
 
     #[tokio::test]
     async fn lsc_table_needs_postgres() {
-        let Err(error) = open_backend("memory:", true, Some("locks")).await else {
+        let settings = BackendSettings::new("memory:").lsc_table("locks");
+        let Err(error) = open_backend(&settings).await else {
             panic!("an LSC table needs PostgreSQL");
         };
         assert!(error.to_string().contains("postgres"), "{error}");
         // Blank counts as unset.
-        assert!(open_backend("memory:", true, Some(" ")).await.is_ok());
+        let blank = BackendSettings::new("memory:").lsc_table(" ");
+        assert!(open_backend(&blank).await.is_ok());
     }
 
     #[tokio::test]
     async fn memory_has_holders() {
-        let backend = open_backend("memory:", true, None).await.unwrap();
+        let backend = open_backend(&BackendSettings::new("memory:"))
+            .await
+            .unwrap();
         assert!(backend.capabilities().holders);
     }
 }

@@ -65,6 +65,14 @@ pub struct ServerConfig {
     #[arg(long, env = "SYNCGUARD_LSC_TABLE")]
     pub lsc_table: Option<String>,
 
+    /// With `SYNCGUARD_LSC_TABLE`: a trigger on LSC's table makes LSC's own acquisitions
+    /// advance the fencing tokens too (installed at startup with the schema; needs the table's
+    /// owner). `false` leaves LSC's table untouched, and fences then order this server's
+    /// acquisitions only.
+    #[arg(long, env = "SYNCGUARD_LSC_FENCE_TRIGGER", default_value_t = true,
+          value_parser = BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    pub lsc_fence_trigger: bool,
+
     /// Accept every caller as owner `anonymous` (ignored when `JWT_JWKS` or `JWT_ISSUER` is
     /// set, as in LSC).
     #[arg(long, env = "AUTHENTICATION_DISABLED", default_value_t = false,
@@ -112,6 +120,16 @@ impl ServerConfig {
         Self::try_parse_from(["syncguard-server"])
     }
 
+    /// The backend part.
+    pub fn backend_settings(&self) -> BackendSettings {
+        BackendSettings {
+            url: self.backend_url.clone(),
+            setup_schema: self.setup_schema,
+            lsc_table: non_blank(self.lsc_table.as_deref()),
+            lsc_fence_trigger: self.lsc_fence_trigger,
+        }
+    }
+
     /// The authentication part.
     pub fn auth_settings(&self) -> AuthSettings {
         let jwt = JwtSettings {
@@ -134,6 +152,63 @@ fn non_blank(value: Option<&str>) -> Option<String> {
         .map(str::trim)
         .filter(|value| !value.is_empty())
         .map(str::to_owned)
+}
+
+/// Which backend the server runs on, and how it is prepared, before it is opened: see
+/// [`open_backend`](crate::open_backend).
+///
+/// ```
+/// use syncguard_server::BackendSettings;
+///
+/// let settings = BackendSettings::new("postgres://lock@db/locks").lsc_table("locks");
+/// assert!(settings.setup_schema && settings.lsc_fence_trigger);
+/// assert_eq!(settings.lsc_table.as_deref(), Some("locks"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BackendSettings {
+    /// `SYNCGUARD_BACKEND_URL`.
+    pub url: String,
+    /// `SYNCGUARD_SETUP_SCHEMA`: on PostgreSQL, create what is missing at startup.
+    pub setup_schema: bool,
+    /// `SYNCGUARD_LSC_TABLE`: run on LockServiceCentral's own table of this name.
+    pub lsc_table: Option<String>,
+    /// `SYNCGUARD_LSC_FENCE_TRIGGER`: with `lsc_table`, LSC's acquisitions advance the fences.
+    pub lsc_fence_trigger: bool,
+}
+
+impl BackendSettings {
+    /// The backend `url` names, with the defaults: schema set up, no LSC table (and, with one,
+    /// the fence trigger).
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            setup_schema: true,
+            lsc_table: None,
+            lsc_fence_trigger: true,
+        }
+    }
+
+    /// Whether to create what is missing at startup.
+    #[must_use]
+    pub fn setup_schema(mut self, setup_schema: bool) -> Self {
+        self.setup_schema = setup_schema;
+        self
+    }
+
+    /// Runs on LSC's own table `table`.
+    #[must_use]
+    pub fn lsc_table(mut self, table: impl Into<String>) -> Self {
+        self.lsc_table = Some(table.into());
+        self
+    }
+
+    /// Whether LSC's acquisitions advance the fences (a trigger on LSC's table).
+    #[must_use]
+    pub fn lsc_fence_trigger(mut self, lsc_fence_trigger: bool) -> Self {
+        self.lsc_fence_trigger = lsc_fence_trigger;
+        self
+    }
 }
 
 /// How callers are authenticated, before it is acted on: see [`Auth`](crate::Auth).

@@ -100,6 +100,7 @@
 //! | `SYNCGUARD_BACKEND_URL` | `--backend-url` | `memory:` | the backend (below) |
 //! | `SYNCGUARD_SETUP_SCHEMA` | `--setup-schema` | `true` | PostgreSQL: create the lock tables at startup |
 //! | `SYNCGUARD_LSC_TABLE` | `--lsc-table` | | PostgreSQL: run on LSC's own table of this name (below) |
+//! | `SYNCGUARD_LSC_FENCE_TRIGGER` | `--lsc-fence-trigger` | `true` | with `SYNCGUARD_LSC_TABLE`: LSC's own acquisitions advance the fencing tokens (a trigger on LSC's table, below) |
 //! | `AUTHENTICATION_DISABLED` | `--authentication-disabled` | `false` | every caller is owner `anonymous` |
 //! | `JWT_JWKS` | `--jwt-jwks` | | the JWKS URL of the token signing keys |
 //! | `JWT_ISSUER` | `--jwt-issuer` | | required `iss`; alone, the keys come from `<issuer>/.well-known/openid-configuration` |
@@ -150,11 +151,20 @@
 //! `<table>_fences` (the fence counters, never deleted from, since LSC deletes its rows) and
 //! `<table>_syncguard` (lock id → row). At startup (unless `SYNCGUARD_SETUP_SCHEMA=false`)
 //! those are created if missing, and LSC's table too, with LSC's documented DDL, if it is
-//! missing; an existing LSC table is never altered. Every decision uses the database clock,
+//! missing; an existing LSC table keeps its columns. Every decision uses the database clock,
 //! in whole seconds as LSC stores them. A lock LSC took shows its owner and is refused to
 //! other holders; a lock the server took is refused by LSC's acquire to other holders and
-//! released by LSC's release of its holder. Fencing tokens order the acquisitions made
-//! through `syncguard-server` only: LSC's own acquisitions do not bump the counters.
+//! released by LSC's release of its holder.
+//!
+//! Fencing tokens strictly increase across LSC's holders and the server's: the server
+//! installs (with the schema) a trigger on LSC's table, `syncguard_fence`, that bumps the
+//! counter whenever one of LSC's statements starts a new hold (a new row, a new
+//! owner/instance id, or a holder retaking its expired row); the server's own acquire bumps
+//! the counter in its statement and tells the trigger to leave it. Creating a trigger needs
+//! the table's owner. `SYNCGUARD_LSC_FENCE_TRIGGER=false` leaves LSC's table untouched, and
+//! tokens then order the server's acquisitions only (a server acquisition after an LSC
+//! holder may repeat the token that holder was shown). With the trigger wanted and
+//! `SYNCGUARD_SETUP_SCHEMA=false`, the server refuses to start on a table without it.
 //!
 //! # Operations
 //!
@@ -251,8 +261,8 @@ mod validation;
 pub use auth::{ANONYMOUS, Auth};
 pub use backend::{BackendUrl, open_backend, require_holders};
 pub use config::{
-    AuthSettings, DEFAULT_JWKS_CACHE, DEFAULT_JWKS_MIN_REFRESH, DEFAULT_PORT, JwtSettings,
-    ServerConfig,
+    AuthSettings, BackendSettings, DEFAULT_JWKS_CACHE, DEFAULT_JWKS_MIN_REFRESH, DEFAULT_PORT,
+    JwtSettings, ServerConfig,
 };
 #[cfg(feature = "postgres")]
 pub use lsc_table::{LscTableBackend, validate_table_name};

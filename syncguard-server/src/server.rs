@@ -26,12 +26,7 @@ pub async fn run(config: ServerConfig) -> Result<(), StartupError> {
     // Before any backend client may sign a token of its own (the Firestore client does).
     install_crypto_provider();
     let auth = Auth::from_settings(&config.auth_settings())?;
-    let backend = open_backend(
-        &config.backend_url,
-        config.setup_schema,
-        config.lsc_table.as_deref(),
-    )
-    .await?;
+    let backend = open_backend(&config.backend_settings()).await?;
     let backend_name = backend.capabilities().backend;
     let app = router(backend, auth.clone())?;
     let address = SocketAddr::new(config.address, config.port);

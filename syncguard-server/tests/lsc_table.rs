@@ -15,7 +15,7 @@ use serde_json::json;
 use sqlx::{AssertSqlSafe, PgPool};
 use support::{TestServer, now_seconds};
 use syncguard::backend::{AcquireOutcome, LockBackend};
-use syncguard_server::{Auth, LscTableBackend, open_backend};
+use syncguard_server::{Auth, BackendSettings, LscTableBackend, open_backend};
 
 fn postgres_url() -> String {
     std::env::var("SYNCGUARD_TEST_POSTGRES_URL").unwrap_or_else(|_| {
@@ -140,6 +140,34 @@ RETURNING namespace",
             .is_some()
     }
 
+    /// Makes the rows of `lock_name` expired 5 s ago, as time passing would.
+    async fn lapse(&self, lock_name: &str) {
+        sqlx::query(AssertSqlSafe(format!(
+            "UPDATE {} SET expiry = $1 WHERE lock_name = $2",
+            self.table
+        )))
+        .bind(now() - 5)
+        .bind(lock_name)
+        .execute(&self.pool)
+        .await
+        .unwrap();
+    }
+
+    /// The fence counter of a lock (our side table), `None` before any acquisition counted.
+    async fn counter(&self, ns: &str, name: &str) -> Option<u64> {
+        let sql = format!(
+            "SELECT fence FROM {t}_fences WHERE namespace = $1 AND lock_name = $2",
+            t = self.table
+        );
+        let row: Option<(i64,)> = sqlx::query_as(AssertSqlSafe(sql))
+            .bind(ns)
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await
+            .unwrap();
+        row.map(|(fence,)| u64::try_from(fence).unwrap())
+    }
+
     /// LSC's get: `(owner, instance_id, lease_duration, expiry)`.
     async fn get(&self, ns: &str, name: &str) -> Option<(String, String, i64, i64)> {
         let sql = format!(
@@ -156,12 +184,21 @@ RETURNING namespace",
 }
 
 /// The server on a fresh LSC table (created by the server's setup unless `lsc_first`, where
-/// LSC's DDL creates it first), with LSC's statements on the same table.
+/// LSC's DDL creates it first), with the fence trigger, and LSC's statements on the same table.
 async fn start(tag: &str, lsc_first: bool) -> (TestServer, Lsc, Arc<dyn LockBackend>) {
+    start_with(tag, lsc_first, true).await
+}
+
+/// As [`start`], with the fence trigger only if `fence_trigger`.
+async fn start_with(
+    tag: &str,
+    lsc_first: bool,
+    fence_trigger: bool,
+) -> (TestServer, Lsc, Arc<dyn LockBackend>) {
     let url = postgres_url();
     let table = fresh_table(tag);
     let pool = syncguard::PostgresBackend::pool_options()
-        .max_connections(2)
+        .max_connections(4)
         .connect(&url)
         .await
         .unwrap();
@@ -171,10 +208,21 @@ async fn start(tag: &str, lsc_first: bool) -> (TestServer, Lsc, Arc<dyn LockBack
             .await
             .unwrap();
     }
-    let backend = open_backend(&url, true, Some(&table)).await.unwrap();
+    let settings = BackendSettings::new(url)
+        .lsc_table(&table)
+        .lsc_fence_trigger(fence_trigger);
+    let backend = open_backend(&settings).await.unwrap();
     assert_eq!(backend.capabilities().backend, "postgres-lsc-table");
     let server = TestServer::start(backend.clone(), Auth::disabled()).await;
     (server, Lsc { pool, table }, backend)
+}
+
+/// Acquires `ns/name` through the server as `instance` and releases it: the hold's token.
+async fn hold_once(server: &TestServer, ns: &str, name: &str, instance: &str) -> u64 {
+    let fence = server.acquire(ns, name, instance, 60).await.fence_value();
+    let released = server.release(ns, name, instance).await;
+    assert_eq!(released.status, StatusCode::OK, "{}", released.text);
+    fence
 }
 
 fn now() -> i64 {
@@ -378,14 +426,7 @@ async fn sharing_the_table_with_lsc() {
         server.acquire("ns1", "lapsed", "srv-3", 60).await.status,
         StatusCode::OK
     );
-    sqlx::query(AssertSqlSafe(format!(
-        "UPDATE {} SET expiry = $1 WHERE lock_name = 'lapsed'",
-        lsc.table
-    )))
-    .bind(now() - 5)
-    .execute(&lsc.pool)
-    .await
-    .unwrap();
+    lsc.lapse("lapsed").await;
     assert!(
         lsc.acquire("ns1", "lapsed", "anonymous", "lsc-4", 60, now())
             .await
@@ -475,14 +516,7 @@ async fn the_backend_contract() {
         pool: backend.pool().clone(),
         table: backend.table().to_owned(),
     };
-    sqlx::query(AssertSqlSafe(format!(
-        "UPDATE {} SET expiry = $1",
-        lsc.table
-    )))
-    .bind(now() - 5)
-    .execute(&lsc.pool)
-    .await
-    .unwrap();
+    lsc.lapse("x").await;
     assert!(
         lsc.acquire("ns", "y", "anonymous", "lsc-1", 60, now())
             .await
@@ -525,4 +559,172 @@ async fn the_backend_contract() {
             .expires_at_ms()
             .is_none()
     );
+}
+
+/// With the fence trigger, every acquisition counts once, whoever makes it: LSC's advance the
+/// counter, the server's bump it in their own statement (the trigger leaves them alone), and
+/// renewals and same-holder re-entries of a live lock keep it.
+#[tokio::test]
+async fn lsc_acquisitions_advance_fences() {
+    let (server, lsc, _) = start("Trig", false).await;
+    let first = hold_once(&server, "ns3", "lock", "srv-1").await;
+    assert_eq!(lsc.counter("ns3", "lock").await, Some(first));
+
+    // LSC's holder gets the next token, kept through its renewals and re-entries.
+    assert!(
+        lsc.acquire("ns3", "lock", "anonymous", "lsc-1", 60, now())
+            .await
+    );
+    let lsc_hold = server.status("ns3", "lock").await.fence_value();
+    assert_eq!(lsc_hold, first + 1);
+    assert!(
+        lsc.renew("ns3", "lock", "anonymous", "lsc-1", 10)
+            .await
+            .is_some()
+    );
+    assert!(
+        lsc.acquire("ns3", "lock", "anonymous", "lsc-1", 60, now())
+            .await
+    );
+    assert_eq!(server.status("ns3", "lock").await.fence_value(), lsc_hold);
+    // The server renewing LSC's holder keeps it too.
+    assert_eq!(
+        server.renew("ns3", "lock", "lsc-1", 5).await.fence_value(),
+        lsc_hold
+    );
+    assert!(lsc.release("ns3", "lock", "anonymous", "lsc-1").await);
+
+    // An expired row taken again by its own holder is a new hold.
+    assert!(
+        lsc.acquire("ns3", "lock", "anonymous", "lsc-2", 5, now() - 60)
+            .await
+    );
+    assert_eq!(lsc.counter("ns3", "lock").await, Some(lsc_hold + 1));
+    assert!(
+        lsc.acquire("ns3", "lock", "anonymous", "lsc-2", 60, now())
+            .await
+    );
+    assert_eq!(lsc.counter("ns3", "lock").await, Some(lsc_hold + 2));
+
+    // The server's takeover of an expired LSC row counts once, and its token is the one
+    // stored (no second bump by the trigger).
+    lsc.lapse("lock").await;
+    let taken = server.acquire("ns3", "lock", "srv-2", 60).await;
+    assert_eq!(taken.status, StatusCode::OK, "{}", taken.text);
+    assert_eq!(taken.fence_value(), lsc_hold + 3);
+    assert_eq!(lsc.counter("ns3", "lock").await, Some(lsc_hold + 3));
+    assert_eq!(
+        server.status("ns3", "lock").await.fence_value(),
+        lsc_hold + 3
+    );
+    assert_eq!(
+        server
+            .acquire("ns3", "lock", "srv-2", 60)
+            .await
+            .fence_value(),
+        lsc_hold + 3,
+        "a same-holder re-entry keeps the token"
+    );
+    assert_eq!(
+        server.renew("ns3", "lock", "srv-2", 5).await.fence_value(),
+        lsc_hold + 3
+    );
+    assert_eq!(lsc.counter("ns3", "lock").await, Some(lsc_hold + 3));
+}
+
+/// LSC and the server racing for one lock, round after round: each round has one winner, and
+/// the counter ends at exactly the number of acquisitions (one bump each, never two, never
+/// none), with the server's tokens strictly increasing.
+#[tokio::test]
+async fn racing_lsc_counts_every_acquisition_once() {
+    let (server, lsc, _) = start("race", false).await;
+    const ROUNDS: u64 = 40;
+    let mut server_tokens = Vec::new();
+    for round in 0..ROUNDS {
+        let lsc_instance = format!("lsc-{round}");
+        let server_instance = format!("srv-{round}");
+        // LSC's statement is quicker than a request through the server: starting it a moment
+        // later every other round lets either side win.
+        let (lsc_won, reply) = tokio::join!(
+            async {
+                if round % 2 == 1 {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                lsc.acquire("ns4", "hot", "lsc-owner", &lsc_instance, 60, now())
+                    .await
+            },
+            server.acquire("ns4", "hot", &server_instance, 60)
+        );
+        let server_won = reply.status == StatusCode::OK;
+        assert!(
+            lsc_won != server_won,
+            "round {round}: exactly one of LSC ({lsc_won}) and the server ({server_won}) wins"
+        );
+        if server_won {
+            server_tokens.push(reply.fence_value());
+            assert_eq!(
+                server.release("ns4", "hot", &server_instance).await.status,
+                StatusCode::OK
+            );
+        } else {
+            assert!(lsc.release("ns4", "hot", "lsc-owner", &lsc_instance).await);
+        }
+    }
+    let server_wins = u64::try_from(server_tokens.len()).unwrap();
+    assert!(
+        (1..ROUNDS).contains(&server_wins),
+        "both sides won some rounds (the server won {server_wins} of {ROUNDS})"
+    );
+    assert_eq!(lsc.counter("ns4", "hot").await, Some(ROUNDS));
+    assert!(
+        server_tokens.windows(2).all(|pair| pair[0] < pair[1]),
+        "{server_tokens:?}"
+    );
+}
+
+/// Without the trigger LSC's table is left as it was, and a server that wants the trigger
+/// but may not install it refuses to start rather than hand out tokens that could repeat.
+#[tokio::test]
+async fn the_fence_trigger_is_a_choice() {
+    let (server, lsc, _) = start_with("notrig", false, false).await;
+    let url = postgres_url();
+    let plain = LscTableBackend::connect(&url, &lsc.table).await.unwrap();
+    assert!(!plain.has_fence_trigger().await.unwrap());
+    let first = hold_once(&server, "ns5", "lock", "srv-1").await;
+    assert!(
+        lsc.acquire("ns5", "lock", "anonymous", "lsc-1", 60, now())
+            .await
+    );
+    assert_eq!(
+        lsc.counter("ns5", "lock").await,
+        Some(first),
+        "without the trigger, LSC's acquisitions are not counted"
+    );
+
+    let wanted_without_setup = BackendSettings::new(url.clone())
+        .lsc_table(&lsc.table)
+        .setup_schema(false);
+    let Err(error) = open_backend(&wanted_without_setup).await else {
+        panic!("the trigger is wanted and missing");
+    };
+    let message = error.to_string();
+    assert!(
+        message.contains("SYNCGUARD_LSC_FENCE_TRIGGER") && message.contains(&lsc.table),
+        "{message}"
+    );
+    // Installed once (setup on), then found by a server that may not install it.
+    open_backend(&BackendSettings::new(url.clone()).lsc_table(&lsc.table))
+        .await
+        .unwrap();
+    assert!(plain.has_fence_trigger().await.unwrap());
+    open_backend(&wanted_without_setup).await.unwrap();
+    // Installing again replaces it in place.
+    plain.install_fence_trigger().await.unwrap();
+    assert!(plain.has_fence_trigger().await.unwrap());
+    assert!(lsc.release("ns5", "lock", "anonymous", "lsc-1").await);
+    assert!(
+        lsc.acquire("ns5", "lock", "anonymous", "lsc-2", 60, now())
+            .await
+    );
+    assert_eq!(lsc.counter("ns5", "lock").await, Some(first + 1));
 }

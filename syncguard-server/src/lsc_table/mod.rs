@@ -9,7 +9,7 @@
 //! | holder `{"owner","instanceId"}` (the server's) | the columns `owner`, `instance_id` |
 //! | lock id | derived: base64url of the first 16 bytes of SHA-256 over `namespace \0 lock_name \0 owner \0 instance_id`; a row *is* a lock id when its current columns derive it, so an LSC takeover (which rewrites `owner`/`instance_id`) invalidates a stale lock id by itself |
 //! | lock id → key | the side table `T_syncguard (lock_id, namespace, lock_name)`, written by the acquire statement (and by a key lookup of a live row, so that LSC-written rows can be renewed and released through the server), pruned to the current holder on acquire and release, and never trusted alone: release and extend re-derive the id from the row |
-//! | fence | the counter table `T_fences (namespace, lock_name, fence)`, never deleted from, bumped by every acquisition through this backend that is not a same-holder re-entry |
+//! | fence | the counter table `T_fences (namespace, lock_name, fence)`, never deleted from, bumped by every acquisition through this backend that is not a same-holder re-entry, and (with the fence trigger) by LSC's own acquisitions |
 //! | live | `expiry >= floor(DB now in s)` (LSC's inclusive second), reported as `expires_at_ms = expiry * 1000`, which syncguard's 1 s tolerance turns into the same predicate |
 //! | acquired at | `(expiry − lease_duration) * 1000` |
 //!
@@ -26,11 +26,22 @@
 //!   expired row is left in place, as LSC leaves it).
 //! - `acquire` without a holder is refused (`InvalidArgument`): LSC's rows need an owner.
 //!
+//! **LSC's own acquisitions and the fence.** LSC's statements know nothing of the counter. The
+//! fence trigger ([`install_fence_trigger`](LscTableBackend::install_fence_trigger), which the
+//! server installs at startup unless `SYNCGUARD_LSC_FENCE_TRIGGER=false`) closes that gap: an
+//! `AFTER INSERT OR UPDATE` trigger on `T` that bumps `T_fences` whenever a write starts a new
+//! hold (an insert, a change of `owner`/`instance_id`, or a holder taking its own expired row
+//! again), so fences strictly increase across LSC's holders and the server's alike. The server's
+//! acquire statement bumps the counter itself and marks its transaction
+//! (`syncguard.lsc_fenced`), so the trigger leaves its writes alone; renewals never bump. The
+//! trigger is the one change this mode makes to LSC's table (a trigger, no column): it needs the
+//! table's owner, and it adds a counter upsert to LSC's acquisitions.
+//!
 //! Limits, documented rather than hidden:
-//! - **Fences order this backend's acquisitions only.** LSC's own acquisitions do not bump
-//!   the counter (that would take a trigger on LSC's table, which this mode never alters). A
-//!   live row LSC wrote that this backend never acquired gets a counter of 1 when first looked
-//!   up; re-entering a live LSC-written lock through the server keeps the current counter.
+//! - **Without the trigger, fences order this backend's acquisitions only.** A live row LSC
+//!   wrote that this backend never acquired gets a counter of 1 when first looked up;
+//!   re-entering a live LSC-written lock through the server keeps the current counter; a
+//!   server acquisition after an LSC holder may get the token that holder was shown.
 //! - **Clocks.** LSC computes `expiry` from its API server's clock and tests "expired" with
 //!   `EXTRACT(EPOCH FROM now())::bigint`, which rounds: an LSC process takes over a row from
 //!   `expiry + 0.5 s` of database time, this backend from `expiry + 1 s`. Run both on
@@ -134,11 +145,51 @@ impl LscTableBackend {
     /// # Errors
     /// Database errors (such as a missing `CREATE` privilege).
     pub async fn setup(&self) -> Result<(), LockError> {
-        sqlx::raw_sql(AssertSqlSafe(self.sql.setup.clone()))
-            .execute(&self.pool)
+        self.run_ddl(&self.sql.setup).await
+    }
+
+    /// Installs the fence trigger on LSC's table (see the module docs), replacing an older
+    /// version of it; run [`setup`](Self::setup) first. Idempotent, and atomic: the table is
+    /// never without the trigger once it had it.
+    ///
+    /// # Errors
+    /// Database errors (such as not owning LSC's table).
+    pub async fn install_fence_trigger(&self) -> Result<(), LockError> {
+        self.run_ddl(&self.sql.install_fence_trigger).await
+    }
+
+    /// Runs `ddl` in one transaction, serialized with every other server doing the same:
+    /// replicas starting together would otherwise collide in PostgreSQL's catalogs (`CREATE
+    /// ... IF NOT EXISTS` and `CREATE OR REPLACE FUNCTION` are not safe against each other).
+    async fn run_ddl(&self, ddl: &str) -> Result<(), LockError> {
+        let mut tx = self.pool.begin().await.map_err(map_error)?;
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('syncguard:lsc_table_setup'))")
+            .execute(&mut *tx)
             .await
             .map_err(map_error)?;
-        Ok(())
+        // "already exists, skipping" notices at every start are noise; warnings still show.
+        sqlx::query("SET LOCAL client_min_messages = warning")
+            .execute(&mut *tx)
+            .await
+            .map_err(map_error)?;
+        sqlx::raw_sql(AssertSqlSafe(ddl.to_owned()))
+            .execute(&mut *tx)
+            .await
+            .map_err(map_error)?;
+        tx.commit().await.map_err(map_error)
+    }
+
+    /// Whether LSC's table has the fence trigger (`false` when the table does not exist).
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn has_fence_trigger(&self) -> Result<bool, LockError> {
+        let (present,): (bool,) =
+            sqlx::query_as(AssertSqlSafe(self.sql.has_fence_trigger.as_str()))
+                .fetch_one(&self.pool)
+                .await
+                .map_err(map_error)?;
+        Ok(present)
     }
 
     /// The connection pool.

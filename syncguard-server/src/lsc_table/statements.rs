@@ -42,6 +42,45 @@ pub(super) struct Statements {
     pub(super) lookup_id: String,
     /// `$1` ns, `$2` name → `(bool)`.
     pub(super) is_locked: String,
+    /// Installs (or replaces) the fence trigger on `T`: see [`FENCE_TRIGGER`].
+    pub(super) install_fence_trigger: String,
+    /// `→ (bool)`: whether `T` has the fence trigger.
+    pub(super) has_fence_trigger: String,
+}
+
+/// The name of the trigger on LSC's table that bumps the fence counter on LSC's own
+/// acquisitions (trigger names are per table, so one name serves every table).
+pub(super) const FENCE_TRIGGER: &str = "syncguard_fence";
+
+/// The transaction-local setting the server's acquire statement sets: its acquisition bumps
+/// the counter itself (and returns the value), so the trigger must not bump it again.
+const FENCED_MARKER: &str = "syncguard.lsc_fenced";
+
+/// The trigger function, shared by every table (the counter table is its argument). It bumps
+/// the counter when a row is inserted, changes holder, or is taken again by its holder after
+/// expiring: exactly the writes of LSC's acquire that start a new hold. LSC's renew (same
+/// holder, live row) and the server's own statements leave it alone.
+fn fence_function() -> String {
+    format!(
+        "CREATE OR REPLACE FUNCTION syncguard_lsc_fence_bump() RETURNS trigger
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF current_setting('{FENCED_MARKER}', true) = 'on' THEN
+        RETURN NULL;
+    END IF;
+    IF TG_OP = 'INSERT'
+       OR OLD.owner <> NEW.owner OR OLD.instance_id <> NEW.instance_id
+       OR OLD.expiry < {NOW_S} THEN
+        EXECUTE format(
+            'INSERT INTO %I.%I AS f (namespace, lock_name, fence) VALUES ($1, $2, 1)
+             ON CONFLICT (namespace, lock_name) DO UPDATE SET fence = f.fence + 1',
+            TG_TABLE_SCHEMA, TG_ARGV[0])
+        USING NEW.namespace, NEW.lock_name;
+    END IF;
+    RETURN NULL;
+END
+$fn$;"
+    )
 }
 
 impl Statements {
@@ -77,8 +116,11 @@ CREATE TABLE IF NOT EXISTS {fences} (
         // `prev` locks the current row first (the upsert's source reads it, so it runs
         // before the upsert) and sees its latest version; a same-holder re-entry of a live
         // lock keeps its fence, any other acquisition bumps the counter.
+        // `clock` also sets the marker that tells the fence trigger (when installed) that
+        // this statement bumps the counter itself: `up` reads `clock`, so the marker is set
+        // before the row is written, and the trigger (after the statement) sees it.
         let acquire = format!(
-            "WITH clock AS (SELECT {NOW_S} AS s),
+            "WITH clock AS (SELECT {NOW_S} AS s, set_config('{FENCED_MARKER}', 'on', true) AS marker),
 prev AS MATERIALIZED (
     SELECT owner, instance_id, expiry FROM {t}
     WHERE namespace = $1 AND lock_name = $2 FOR UPDATE
@@ -181,6 +223,19 @@ WHERE {live_derived}"
         let is_locked = format!(
             "SELECT EXISTS (SELECT 1 FROM {t} WHERE namespace = $1 AND lock_name = $2 AND expiry >= {NOW_S})"
         );
+        let install_fence_trigger = format!(
+            "{function}
+DROP TRIGGER IF EXISTS {FENCE_TRIGGER} ON {t};
+CREATE TRIGGER {FENCE_TRIGGER} AFTER INSERT OR UPDATE ON {t}
+    FOR EACH ROW EXECUTE FUNCTION syncguard_lsc_fence_bump('{fences_folded}');",
+            function = fence_function(),
+            // The name as PostgreSQL stored the unquoted identifier; the function quotes it.
+            fences_folded = fences.to_ascii_lowercase()
+        );
+        let has_fence_trigger = format!(
+            "SELECT EXISTS (SELECT 1 FROM pg_trigger
+    WHERE tgrelid = to_regclass('{t}') AND tgname = '{FENCE_TRIGGER}' AND NOT tgisinternal)"
+        );
         Self {
             setup,
             acquire,
@@ -190,6 +245,8 @@ WHERE {live_derived}"
             lookup_key,
             lookup_id,
             is_locked,
+            install_fence_trigger,
+            has_fence_trigger,
         }
     }
 }
