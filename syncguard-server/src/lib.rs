@@ -108,7 +108,7 @@
 //! | `JWT_JWKS_CACHE_SECONDS` | `--jwt-jwks-cache-seconds` | 300 | how long fetched keys are used |
 //! | `JWT_JWKS_MIN_REFRESH_SECONDS` | `--jwt-jwks-min-refresh-seconds` | 30 | least time between fetches prompted by an unknown key id |
 //! | `SERVER_SHUTDOWN_TIMEOUT_SECONDS` | `--shutdown-timeout-seconds` | 30 | how long a shutdown waits for requests in flight |
-//! | `LOG_JSON` | `--log-json` | `false` | JSON log lines; `RUST_LOG` sets the filter (default `info`) |
+//! | `LOG_JSON` | `--log-json` | `false` | JSON log lines; `RUST_LOG` sets the filter (default `info,opentelemetry=warn`) |
 //!
 //! Boolean values accept `true`/`false`, `yes`/`no`, `on`/`off`, `1`/`0`; blank JWT settings
 //! count as unset.
@@ -138,8 +138,9 @@
 //! [`LockBackend::acquire_as`](syncguard::backend::LockBackend::acquire_as), so several server
 //! processes on one PostgreSQL, Redis or Firestore serve the same locks. It refuses to start
 //! on a backend whose `capabilities().holders` is false, saying so (all of syncguard's
-//! backends store holders; a backend of your own may not). The feature `opentelemetry` adds syncguard's OpenTelemetry spans and
-//! metrics of the backend calls, recorded with the process's global providers.
+//! backends store holders; a backend of your own may not). The feature `opentelemetry` adds
+//! syncguard's OpenTelemetry spans and metrics of the backend calls, exported over OTLP as the
+//! standard `OTEL_*` variables say (see `otel`, and the README's OpenTelemetry section).
 //!
 //! ## LSC's PostgreSQL table (migrations)
 //!
@@ -249,6 +250,9 @@ mod locks;
 mod lsc_table;
 mod openapi;
 mod ops;
+#[cfg(feature = "opentelemetry")]
+#[cfg_attr(docsrs, doc(cfg(feature = "opentelemetry")))]
+pub mod otel;
 mod responses;
 mod router;
 mod routes;

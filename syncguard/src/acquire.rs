@@ -2,10 +2,16 @@
 
 use std::any::Any;
 use std::sync::Arc;
+use std::time::Duration;
 
-use crate::backend::{AcquireOutcome, Lease, LockBackend, LockObserver};
+use tokio::time::Instant;
+
+use crate::backend::{
+    AcquireOutcome, Contention, Lease, LockBackend, LockObserver, ReleaseWatch, Wake,
+};
 use crate::guard::{LockGuard, SentAt, Start};
 use crate::key::normalize_key;
+use crate::time::{TIME_TOLERANCE_MS, now_ms};
 use crate::{LockError, LockName, LockOptions};
 
 /// Acquires the lock on `key`, waiting and retrying as the options' [retry
@@ -119,6 +125,34 @@ pub(crate) fn share<B: LockBackend + Clone + 'static>(backend: &B) -> Arc<dyn Lo
     }
 }
 
+/// What one attempt came to.
+enum Attempt {
+    /// The lock, and when it was asked for.
+    Taken(Lease, SentAt),
+    /// Held by another.
+    Refused(Contention),
+}
+
+/// The local instant when a lease that expires at `expires_at_ms` (Unix milliseconds of the
+/// backend's time authority) stops counting as live: past the tolerance. Clock skew only moves
+/// a wake-up: an attempt decides, never this.
+fn lease_over_at(expires_at_ms: u64) -> Instant {
+    let over_at_ms = expires_at_ms.saturating_add(TIME_TOLERANCE_MS + 1);
+    let until = Duration::from_millis(over_at_ms.saturating_sub(now_ms()));
+    Instant::now() + until.min(LONGEST_HOLDER_WAIT)
+}
+
+/// `start + by`, or (past what the clock can represent) a time that never comes.
+fn later(start: Instant, by: Duration) -> Instant {
+    start.checked_add(by).unwrap_or_else(|| start + NEVER)
+}
+
+/// Far enough to count as never, near enough to be representable.
+const NEVER: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
+/// The furthest a holder's lease end is trusted to be: past it, the policy's delays rule.
+const LONGEST_HOLDER_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// Who keeps the lock once it is taken.
 #[derive(Debug, Clone, Copy)]
 enum Keeping {
@@ -157,8 +191,8 @@ impl<'o> Acquisition<'o> {
         })
     }
 
-    /// One attempt: the lease and when it was asked for, or `None` if the key is held.
-    async fn attempt(&mut self) -> Result<Option<(Lease, SentAt)>, LockError> {
+    /// One attempt: the lease and when it was asked for, or what the refusal said.
+    async fn attempt(&mut self) -> Result<Attempt, LockError> {
         self.made += 1;
         let sent = if self.made == 1 {
             self.first
@@ -171,28 +205,86 @@ impl<'o> Acquisition<'o> {
                     let waited = self.first.instant.elapsed();
                     observer.acquired(&self.key, &lease, waited, self.made);
                 }
-                Ok(Some((lease, sent)))
+                Ok(Attempt::Taken(lease, sent))
             }
-            Ok(AcquireOutcome::Contended) => Ok(None),
+            Ok(AcquireOutcome::Contended(contention)) => Ok(Attempt::Refused(contention)),
             Err(error) => Err(self.gave_up(error)),
         }
     }
 
-    /// Attempts as the retry policy says.
+    /// Attempts until the lock is taken or the retry policy gives up: at the policy's delays,
+    /// and (on a backend that announces releases) when a release is announced or the holder's
+    /// lease ends. See [`RetryPolicy`](crate::RetryPolicy) for what a waiter may expect.
     async fn wait(mut self, keeping: Keeping) -> Result<LockGuard, LockError> {
-        let retry = self.options.retry();
+        let retry = *self.options.retry();
+        let deadline = later(self.first.instant, retry.timeout());
         let mut delays = retry.delays();
+        let waits = retry.max_retries() > 0 && !retry.timeout().is_zero();
+        // Joined before the first attempt, so that no release between a refusal and the wait
+        // goes unseen.
+        let mut watch = self
+            .backend
+            .release_notifier()
+            .filter(|_| waits && retry.wake_on_release())
+            .map(|notifier| notifier.watch(&self.key));
+        // A newcomer behind earlier waiters of this process waits for its turn.
+        let mut attempt_now = watch.as_ref().is_none_or(ReleaseWatch::is_first);
+        // The next attempt the policy's delays allow, and when the holder's lease ends.
+        let mut next_poll: Option<Instant> = None;
+        let mut holder_ends: Option<Instant> = None;
         loop {
-            if let Some((lease, sent)) = self.attempt().await? {
-                return Ok(self.guard(lease, sent, keeping));
-            }
-            let remaining = retry.timeout().saturating_sub(self.first.instant.elapsed());
-            match delays.next() {
-                // Cut short at the timeout, where the last attempt is made.
-                Some(delay) if !remaining.is_zero() => {
-                    tokio::time::sleep(delay.min(remaining)).await;
+            if attempt_now {
+                match self.attempt().await? {
+                    Attempt::Taken(lease, sent) => {
+                        if let Some(watch) = watch.take() {
+                            watch.acquired(lease.expires_at_ms);
+                        }
+                        return Ok(self.guard(lease, sent, keeping));
+                    }
+                    Attempt::Refused(contention) => {
+                        holder_ends = contention.holder_expires_at_ms.map(lease_over_at);
+                    }
                 }
-                _ => return Err(self.contended()),
+            }
+            let now = Instant::now();
+            // Past the deadline (the last attempt is made at it), nothing more.
+            if now >= deadline {
+                return Err(self.contended());
+            }
+            if next_poll.is_none() {
+                match delays.next() {
+                    Some(delay) => next_poll = Some(later(now, delay)),
+                    None => return Err(self.contended()),
+                }
+            }
+            // Only the first waiter polls; the others wait for their turn (or the deadline).
+            let mut wake_at = deadline;
+            if watch.as_ref().is_none_or(ReleaseWatch::is_first) {
+                wake_at = wake_at.min(next_poll.unwrap_or(deadline));
+                if let Some(ends) = holder_ends.filter(|ends| *ends > now) {
+                    wake_at = wake_at.min(ends);
+                }
+            }
+            let woken = async {
+                match watch.as_mut() {
+                    Some(watch) => watch.woken().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                wake = woken => match wake {
+                    Wake::Wait { holder_expires_at_ms } => {
+                        attempt_now = false;
+                        holder_ends = holder_expires_at_ms.map(lease_over_at);
+                    }
+                    _ => attempt_now = true,
+                },
+                () = tokio::time::sleep_until(wake_at) => {
+                    attempt_now = true;
+                    // What came due is used up: a poll, or the holder's lease end.
+                    next_poll = next_poll.filter(|poll| *poll > wake_at);
+                    holder_ends = holder_ends.filter(|ends| *ends > wake_at);
+                }
             }
         }
     }
@@ -200,8 +292,8 @@ impl<'o> Acquisition<'o> {
     /// One attempt; contention is `None`.
     async fn once(mut self, keeping: Keeping) -> Result<Option<LockGuard>, LockError> {
         match self.attempt().await? {
-            Some((lease, sent)) => Ok(Some(self.guard(lease, sent, keeping))),
-            None => {
+            Attempt::Taken(lease, sent) => Ok(Some(self.guard(lease, sent, keeping))),
+            Attempt::Refused(_) => {
                 // Reported as a wait that gave up; the caller gets no error.
                 let _ = self.contended();
                 Ok(None)

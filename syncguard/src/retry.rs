@@ -40,6 +40,18 @@ pub enum Jitter {
 /// | [`backoff`](Self::with_backoff) | [`Backoff::Exponential`] |
 /// | [`jitter`](Self::with_jitter) | [`Jitter::Equal`] |
 /// | [`timeout`](Self::with_timeout) | 5 s |
+/// | [`wake_on_release`](Self::with_wake_on_release) | on |
+///
+/// # Waking on release
+/// On a backend that announces releases (see
+/// [`LockBackend::release_notifier`](crate::backend::LockBackend::release_notifier)), a
+/// waiter also wakes when the lock is released, and when the holder's lease ends (learnt from
+/// the refused attempt); the delays above then only bound how long it sleeps when nothing is
+/// announced (an expiry, a peer that does not publish, a lost announcement). Attempts made on
+/// an announcement do not use up retries. The waiters of one key in one process take turns in
+/// arrival order: only the first tries on an announcement, and a newcomer queues behind them
+/// instead of trying first. [`with_wake_on_release(false)`](Self::with_wake_on_release)
+/// polls at the delays alone.
 ///
 /// ```
 /// use std::time::Duration;
@@ -76,6 +88,7 @@ pub struct RetryPolicy {
     backoff: Backoff,
     jitter: Jitter,
     timeout: Duration,
+    wake_on_release: bool,
 }
 
 impl Default for RetryPolicy {
@@ -93,6 +106,7 @@ impl RetryPolicy {
             backoff: Backoff::Exponential,
             jitter: Jitter::Equal,
             timeout: Duration::from_secs(5),
+            wake_on_release: true,
         }
     }
 
@@ -147,6 +161,18 @@ impl RetryPolicy {
     pub const fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
+    }
+
+    /// Whether a waiter also wakes when the lock is released (see the type's docs); on by
+    /// default, `false` to poll at the delays alone.
+    pub const fn with_wake_on_release(mut self, wake_on_release: bool) -> Self {
+        self.wake_on_release = wake_on_release;
+        self
+    }
+
+    /// Whether a waiter also wakes when the lock is released.
+    pub const fn wake_on_release(&self) -> bool {
+        self.wake_on_release
     }
 
     /// Retries after the first attempt.

@@ -224,7 +224,7 @@ impl LscTableBackend {
                 .await
                 .map_err(map_error)?;
         let Some((expiry, _lease_duration, fence)) = row else {
-            return Ok(AcquireOutcome::Contended);
+            return Ok(AcquireOutcome::contended(None));
         };
         Ok(AcquireOutcome::Acquired(Lease::new(
             lock_id,

@@ -10,6 +10,7 @@ mod holder;
 mod info;
 mod observer;
 mod outcome;
+mod wake;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -22,9 +23,10 @@ pub use holder::{MAX_HOLDER_LEN, check_holder};
 pub use info::LockInfo;
 pub use observer::LockObserver;
 pub use outcome::{
-    AcquireOutcome, Capabilities, ExtendOutcome, Lease, Lookup, NotHeldReason, ReleaseOutcome,
-    TimeAuthority,
+    AcquireOutcome, Capabilities, Contention, ExtendOutcome, Lease, Lookup, NotHeldReason,
+    ReleaseOutcome, TimeAuthority,
 };
+pub use wake::{ReleaseNotifier, ReleaseWatch, Wake};
 
 /// The future every [`LockBackend`] method returns: boxed, so that the trait stays usable as
 /// `Arc<dyn LockBackend>`.
@@ -61,7 +63,8 @@ pub trait LockBackend: Send + Sync {
     /// Tries once to take the lock on `key` for `ttl`.
     ///
     /// Returns the new [`Lease`] (lock id, authoritative expiry, fence) or
-    /// [`AcquireOutcome::Contended`] if a live lock holds the key.
+    /// [`AcquireOutcome::Contended`] if a live lock holds the key (with the holder's expiry
+    /// when the backend learns it without extra I/O).
     fn acquire<'a>(
         &'a self,
         key: &'a str,
@@ -143,6 +146,18 @@ pub trait LockBackend: Send + Sync {
     fn observer(&self) -> Option<Arc<dyn LockObserver>> {
         None
     }
+
+    /// Where this backend announces the releases it learns of, so that waiters in this
+    /// process wake on release instead of polling. `None` (the default): waiters poll.
+    ///
+    /// A backend that returns one calls [`ReleaseNotifier::released`] for every release it
+    /// learns of (its own releases, and those its server announces) and
+    /// [`ReleaseNotifier::missed_releases`] when announcements may have been lost. Waiters
+    /// never rely on it alone: they also poll, so a lost announcement costs time, never
+    /// correctness.
+    fn release_notifier(&self) -> Option<ReleaseNotifier> {
+        None
+    }
 }
 
 macro_rules! forward_backend {
@@ -172,6 +187,9 @@ macro_rules! forward_backend {
             }
             fn observer(&self) -> Option<Arc<dyn LockObserver>> {
                 (**self).observer()
+            }
+            fn release_notifier(&self) -> Option<ReleaseNotifier> {
+                (**self).release_notifier()
             }
             fn acquire_as<'a>(&'a self, key: &'a str, ttl: Duration, holder: &'a str)
                 -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {

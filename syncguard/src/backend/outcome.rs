@@ -28,30 +28,53 @@ impl Lease {
 }
 
 /// The result of one acquire attempt. Non-exhaustive, as are the other outcomes: later
-/// versions may report more (such as the holder's expiry with a refusal).
+/// versions may report more.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]
 #[non_exhaustive]
 pub enum AcquireOutcome {
     /// The lock was taken.
     Acquired(Lease),
-    /// A live lock already holds the key (telemetry reason `"locked"`).
-    Contended,
+    /// A live lock already holds the key (telemetry reason `"locked"`), and what the backend
+    /// learnt of it.
+    Contended(Contention),
 }
 
 impl AcquireOutcome {
+    /// A refusal, with the holder's expiry if the backend learnt it (see [`Contention`]).
+    pub const fn contended(holder_expires_at_ms: Option<u64>) -> Self {
+        Self::Contended(Contention {
+            holder_expires_at_ms,
+        })
+    }
+
     /// The lease, if the lock was taken.
     pub fn lease(self) -> Option<Lease> {
         match self {
             Self::Acquired(lease) => Some(lease),
-            Self::Contended => None,
+            Self::Contended(_) => None,
         }
     }
 
     /// Whether another owner holds the key.
     pub const fn is_contended(&self) -> bool {
-        matches!(self, Self::Contended)
+        matches!(self, Self::Contended(_))
     }
+}
+
+/// What a refused acquire learnt of the lock that holds the key.
+///
+/// A waiter uses the holder's expiry to bound its sleep: a lock that expires without being
+/// released announces nothing, so the waiter tries again when the lease ends rather than at
+/// its next poll.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Contention {
+    /// The holder's expiry, as [`Lease::expires_at_ms`] gives it (Unix milliseconds of the
+    /// backend's time authority; the lock stays live for the
+    /// [tolerance](crate::time::TIME_TOLERANCE_MS) past it), if the backend learnt it with the
+    /// refusal (no extra I/O is spent on it).
+    pub holder_expires_at_ms: Option<u64>,
 }
 
 /// Why a release or extend found no live lock for its lock id, when the backend learnt it

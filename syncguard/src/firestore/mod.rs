@@ -156,6 +156,7 @@ pub use builder::FirestoreBackendBuilder;
 pub use config::FirestoreConfig;
 
 use crate::LockError;
+use crate::backend::ReleaseNotifier;
 
 /// Locks in Cloud Firestore (or its emulator), shared by every process using the same project,
 /// database and collections.
@@ -194,6 +195,9 @@ pub struct FirestoreBackend {
     /// document wait on each other until its lock timeout aborts all but one, which the
     /// emulator takes 2 s to do. Across processes, the retries on `ABORTED` deal with it.
     gates: Arc<[tokio::sync::Mutex<()>]>,
+    /// Wakes this process's waiters on the releases made through this backend (and its
+    /// clones); releases by other processes are found by polling.
+    notifier: ReleaseNotifier,
 }
 
 const GATES: usize = 256;
@@ -226,7 +230,12 @@ impl FirestoreBackend {
     pub fn new(db: FirestoreDb, config: FirestoreConfig) -> Result<Self, LockError> {
         config.validate()?;
         let gates = (0..GATES).map(|_| tokio::sync::Mutex::new(())).collect();
-        Ok(Self { db, config, gates })
+        Ok(Self {
+            db,
+            config,
+            gates,
+            notifier: ReleaseNotifier::new(),
+        })
     }
 
     /// Creates a client for `project_id` (Application Default Credentials, or the emulator

@@ -13,7 +13,7 @@ use super::transaction::Write;
 use super::{FirestoreBackend, GATES};
 use crate::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, Lease, LockBackend, LockInfo, Lookup,
-    NotHeldReason, ReleaseOutcome, TimeAuthority, check_holder,
+    NotHeldReason, ReleaseNotifier, ReleaseOutcome, TimeAuthority, check_holder,
 };
 use crate::key::{hash_key, normalize_key};
 use crate::time::{is_live, now_ms, ttl_millis};
@@ -80,10 +80,11 @@ impl FirestoreBackend {
             .read_lock(&self.db, &lock_doc)
             .await
             .map_err(map_error)?;
-        if seen.is_some_and(|lock| {
-            is_live(lock.expires_at_ms.0, now_ms()) && !lock.reentered_by(holder)
-        }) {
-            return Ok(AcquireOutcome::Contended);
+        if let Some(lock) = seen
+            && is_live(lock.expires_at_ms.0, now_ms())
+            && !lock.reentered_by(holder)
+        {
+            return Ok(AcquireOutcome::contended(Some(lock.expires_at_ms.0)));
         }
         let mut hasher = std::hash::DefaultHasher::new();
         lock_doc.hash(&mut hasher);
@@ -98,7 +99,8 @@ impl FirestoreBackend {
                 && is_live(current.expires_at_ms.0, now_ms())
             {
                 if !current.reentered_by(holder) {
-                    return Ok((AcquireOutcome::Contended, Vec::new()));
+                    let held_until = Some(current.expires_at_ms.0);
+                    return Ok((AcquireOutcome::contended(held_until), Vec::new()));
                 }
                 // Re-entered by its holder: a fresh lease (from a time taken after the read),
                 // the same lock id and fence; the fence counter is left alone.
@@ -164,18 +166,25 @@ impl FirestoreBackend {
     }
 
     async fn release_once(&self, lock_id: &LockId) -> Result<ReleaseOutcome, LockError> {
-        self.transact(true, |reader| async move {
-            let found = self.query_lock_id(&reader, lock_id).await?;
-            let now = now_ms();
-            Ok(match Self::resolve(found, lock_id, now) {
-                Resolved::Held(held) => (
-                    ReleaseOutcome::Released,
-                    vec![Write::DeleteLock(held.id, held.unchanged)],
-                ),
-                Resolved::NotHeld(reason) => (ReleaseOutcome::NotHeld(reason), Vec::new()),
+        let (outcome, released_key) = self
+            .transact(true, |reader| async move {
+                let found = self.query_lock_id(&reader, lock_id).await?;
+                let now = now_ms();
+                Ok(match Self::resolve(found, lock_id, now) {
+                    Resolved::Held(held) => (
+                        (ReleaseOutcome::Released, Some(held.data.key)),
+                        vec![Write::DeleteLock(held.id, held.unchanged)],
+                    ),
+                    Resolved::NotHeld(reason) => {
+                        ((ReleaseOutcome::NotHeld(reason), None), Vec::new())
+                    }
+                })
             })
-        })
-        .await
+            .await?;
+        if let Some(key) = released_key {
+            self.notifier.released(&key);
+        }
+        Ok(outcome)
     }
 
     /// One extend: to now + `ttl`, or (`by`) to the current expiry + `ttl`.
@@ -272,6 +281,10 @@ impl LockBackend for FirestoreBackend {
         lock_id: &'a LockId,
     ) -> BoxFuture<'a, Result<ReleaseOutcome, LockError>> {
         Box::pin(self.release_once(lock_id))
+    }
+
+    fn release_notifier(&self) -> Option<ReleaseNotifier> {
+        Some(self.notifier.clone())
     }
 
     fn extend<'a>(

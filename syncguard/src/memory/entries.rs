@@ -56,6 +56,11 @@ impl StoredKey {
         }
     }
 
+    /// The key (stored from a `&str`, so always UTF-8).
+    pub(super) fn as_str(&self) -> &str {
+        std::str::from_utf8(self.as_bytes()).unwrap_or_default()
+    }
+
     /// Whether this is `key` (compared as bytes: no UTF-8 check on the hot path).
     pub(super) fn is(&self, key: &str) -> bool {
         self.as_bytes() == key.as_bytes()

@@ -15,6 +15,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use store::State;
 
+use crate::backend::ReleaseNotifier;
+
 /// Locks within one process: the embedded default backend.
 ///
 /// It implements the whole contract, fences included: each key's fences only grow, across
@@ -32,6 +34,9 @@ use store::State;
 /// only grow, with gaps). A key costs about 150 bytes while its counter is kept (its lock
 /// shares the slot, keys up to 62 bytes inline), and a held lock about 40 bytes more.
 /// Time authority is the local clock.
+///
+/// Waiters wake on release: every release wakes the key's first waiter in this process (see
+/// [`ReleaseNotifier`]); a lock that expires instead is retried when its lease ends.
 ///
 /// Clones share the same locks, so clone it freely into tasks. Locks are not shared between
 /// processes: use PostgreSQL, Redis or Firestore for that. So there is nothing to set up, no
@@ -52,6 +57,8 @@ use store::State;
 #[derive(Clone, Default)]
 pub struct MemoryBackend {
     state: Arc<Mutex<State>>,
+    /// Wakes this process's waiters on every release (see [`LockBackend::release_notifier`]).
+    notifier: ReleaseNotifier,
 }
 
 impl MemoryBackend {

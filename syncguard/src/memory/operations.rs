@@ -7,7 +7,7 @@ use super::MemoryBackend;
 use super::entries::Held;
 use crate::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockInfo, Lookup,
-    ReleaseOutcome, TimeAuthority, check_holder,
+    ReleaseNotifier, ReleaseOutcome, TimeAuthority, check_holder,
 };
 use crate::key::normalize_key;
 use crate::time::{now_ms, ttl_millis};
@@ -71,7 +71,10 @@ impl LockBackend for MemoryBackend {
         lock_id: &'a LockId,
     ) -> BoxFuture<'a, Result<ReleaseOutcome, LockError>> {
         let now = now_ms();
-        let outcome = self.state().release(lock_id, now);
+        let (outcome, released) = self.state().release(lock_id, now);
+        if let Some(held) = released {
+            self.notifier.released(held.key.as_str());
+        }
         Box::pin(async move { Ok(outcome) })
     }
 
@@ -127,5 +130,9 @@ impl LockBackend for MemoryBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::new("memory", TimeAuthority::Client).with_holders()
+    }
+
+    fn release_notifier(&self) -> Option<ReleaseNotifier> {
+        Some(self.notifier.clone())
     }
 }

@@ -75,7 +75,7 @@ impl State {
                     live.fence,
                 )));
             }
-            return Ok(AcquireOutcome::Contended);
+            return Ok(AcquireOutcome::contended(Some(live.expires_at_ms)));
         }
         let fence = Fence::new(slot.fence + 1)?;
         slot.fence = fence.get();
@@ -110,15 +110,16 @@ impl State {
         )))
     }
 
-    pub(super) fn release(&mut self, lock_id: &LockId, now: u64) -> ReleaseOutcome {
+    /// Releases the lock; the released lock comes back with a release (to announce it).
+    pub(super) fn release(&mut self, lock_id: &LockId, now: u64) -> (ReleaseOutcome, Option<Held>) {
         // Every outcome drops the index entry and the stored lock.
         let Some(hash) = self.ids.remove(lock_id) else {
-            return ReleaseOutcome::NotHeld(Some(NotHeldReason::NotFound));
+            return (ReleaseOutcome::NotHeld(Some(NotHeldReason::NotFound)), None);
         };
         match take_lock(&mut self.keys, hash, lock_id) {
-            Some(held) if held.is_live(now) => ReleaseOutcome::Released,
-            Some(_) => ReleaseOutcome::NotHeld(Some(NotHeldReason::Expired)),
-            None => ReleaseOutcome::NotHeld(Some(NotHeldReason::NotFound)),
+            Some(held) if held.is_live(now) => (ReleaseOutcome::Released, Some(held)),
+            Some(_) => (ReleaseOutcome::NotHeld(Some(NotHeldReason::Expired)), None),
+            None => (ReleaseOutcome::NotHeld(Some(NotHeldReason::NotFound)), None),
         }
     }
 
@@ -212,15 +213,15 @@ mod tests {
             state.extend(&b.lock_id, now, |_| now + 20_000),
             ExtendOutcome::Extended { expires_at_ms } if expires_at_ms == now + 20_000
         ));
-        assert!(state.release(&a.lock_id, now).is_released());
-        assert!(!state.release(&a.lock_id, now).is_released());
+        assert!(state.release(&a.lock_id, now).0.is_released());
+        assert!(!state.release(&a.lock_id, now).0.is_released());
         // "a" is free again and "b" still held, whichever of them comes first in the bucket.
         let a = lease(state.acquire_hashed("a", None, 7, 10_000, now));
         assert_eq!(a.fence.get(), 3);
         assert!(contended(&mut state, "b"));
-        assert!(state.release(&b.lock_id, now).is_released());
+        assert!(state.release(&b.lock_id, now).0.is_released());
         assert!(contended(&mut state, "a"));
-        assert!(state.release(&a.lock_id, now).is_released());
+        assert!(state.release(&a.lock_id, now).0.is_released());
         assert!(state.ids.is_empty() && state.stored_locks() == 0);
     }
 
@@ -242,7 +243,7 @@ mod tests {
             let hash = state.key_hasher.hash_one(key.as_str());
             let stored = find_lock(&mut state.keys, hash, |held| held.key.is(key)).unwrap();
             assert_eq!(stored.key.to_owned_string(), *key);
-            assert!(state.release(&held.lock_id, now).is_released());
+            assert!(state.release(&held.lock_id, now).0.is_released());
         }
     }
 
@@ -253,7 +254,7 @@ mod tests {
         for round in 1..=3 {
             let held = lease(state.acquire_free("job", 10_000, now));
             assert_eq!(held.fence.get(), round);
-            assert!(state.release(&held.lock_id, now).is_released());
+            assert!(state.release(&held.lock_id, now).0.is_released());
         }
         assert!(state.ids.is_empty() && state.stored_locks() == 0);
         assert_eq!(state.keys.len(), 1);

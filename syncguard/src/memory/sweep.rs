@@ -90,25 +90,25 @@ mod tests {
         for round in 1..=2 {
             let job = take(&mut state, "job");
             assert_eq!(job.fence.get(), round);
-            assert!(state.release(&job.lock_id, now).is_released());
+            assert!(state.release(&job.lock_id, now).0.is_released());
         }
         // Held throughout: its counter is never forgotten.
         let held = take(&mut state, "held");
         for i in 0..3 * KEPT_FENCES {
             let fresh = take(&mut state, &format!("idempotency:{i}"));
-            assert!(state.release(&fresh.lock_id, now).is_released());
+            assert!(state.release(&fresh.lock_id, now).0.is_released());
             assert!(state.keys.len() <= KEPT_FENCES, "{}", state.keys.len());
         }
         assert!(state.forgotten >= 2, "counters were forgotten");
         // A forgotten key goes on above everything it had.
         let job = take(&mut state, "job");
         assert!(job.fence.get() > 2, "{}", job.fence.get());
-        assert!(state.release(&job.lock_id, now).is_released());
+        assert!(state.release(&job.lock_id, now).0.is_released());
         let again = take(&mut state, "job");
         assert_eq!(again.fence.get(), job.fence.get() + 1, "remembered again");
-        assert!(state.release(&again.lock_id, now).is_released());
+        assert!(state.release(&again.lock_id, now).0.is_released());
         // The held key kept its own counter, and so its place in the sequence.
-        assert!(state.release(&held.lock_id, now).is_released());
+        assert!(state.release(&held.lock_id, now).0.is_released());
         assert_eq!(take(&mut state, "held").fence.get(), held.fence.get() + 1);
         // A key never seen before starts above every forgotten counter.
         assert!(take(&mut state, "new").fence.get() > state.forgotten);
@@ -123,7 +123,7 @@ mod tests {
             .collect();
         assert!(held.iter().all(|lease| lease.fence.get() == 1));
         for (i, first) in held.iter().enumerate() {
-            assert!(state.release(&first.lock_id, now).is_released());
+            assert!(state.release(&first.lock_id, now).0.is_released());
             let next = lease(state.acquire_free(&format!("held:{i}"), 60_000, now));
             assert_eq!(next.fence.get(), 2, "held:{i}");
         }
@@ -174,7 +174,7 @@ mod tests {
         let later = now + 5_000;
         for i in 0..1100 {
             let fresh = lease(state.acquire_free(&format!("fresh:{i}"), 60_000, later));
-            assert!(state.release(&fresh.lock_id, later).is_released());
+            assert!(state.release(&fresh.lock_id, later).0.is_released());
         }
         assert_eq!(state.ids.len(), 1, "only the live lock is left");
         assert_eq!(state.stored_locks(), 1);

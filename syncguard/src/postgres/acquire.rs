@@ -101,11 +101,11 @@ impl PostgresBackend {
         match outcome {
             // A retry found another holder: the first run may still land, so the acquire stays
             // in doubt (released in the background when `in_doubt` drops).
-            Ok(Acquired::HeldByAnother) => Ok(AcquireOutcome::Contended),
+            Ok(Acquired::HeldByAnother) => Ok(AcquireOutcome::contended(None)),
             Ok(Acquired::Row(row)) => {
                 in_doubt.settle();
                 if !row.try_get::<bool, _>(0).map_err(decode_error)? {
-                    return Ok(AcquireOutcome::Contended);
+                    return Ok(AcquireOutcome::contended(None));
                 }
                 // This call's lock id, or the re-entered lock's.
                 let held: String = row.try_get(3).map_err(decode_error)?;

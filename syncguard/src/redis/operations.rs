@@ -63,7 +63,7 @@ impl RedisBackend {
             })
             .await?;
         let (lock_id, fence) = match &reply.value {
-            Value::Int(0) => return Ok(AcquireOutcome::Contended),
+            Value::Int(0) => return Ok(AcquireOutcome::contended(None)),
             Value::BulkString(fence) => match std::str::from_utf8(fence)
                 .map_err(|_| unexpected_reply("acquire", &reply.value))
                 .and_then(str::parse::<Fence>)

@@ -43,7 +43,7 @@ pub use otel::{OpenTelemetry, OpenTelemetryBackend, with_opentelemetry};
 use crate::backend::LockObserver;
 use crate::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockInfo, Lookup,
-    NotHeldReason, ReleaseOutcome,
+    NotHeldReason, ReleaseNotifier, ReleaseOutcome,
 };
 use crate::key::hash_key;
 use crate::{ErrorCode, Fence, LockError, LockId};
@@ -473,6 +473,10 @@ impl<B: LockBackend, I: Instrument> LockBackend for Instrumented<B, I> {
             .observer(self.inner.capabilities().backend)
             .or_else(|| self.inner.observer())
     }
+
+    fn release_notifier(&self) -> Option<ReleaseNotifier> {
+        self.inner.release_notifier()
+    }
 }
 
 /// What an acquire's outcome reports.
@@ -484,7 +488,7 @@ fn classify_acquire(outcome: &AcquireOutcome) -> Classified<'_> {
             Some(lease.fence),
             Some(&lease.lock_id),
         ),
-        AcquireOutcome::Contended => (EventResult::Fail, Some(EventReason::Locked), None, None),
+        AcquireOutcome::Contended(_) => (EventResult::Fail, Some(EventReason::Locked), None, None),
     }
 }
 

@@ -83,7 +83,7 @@ impl SimServer {
                 "server: {who} acquire {key} ttl {ttl:?}: held by {}",
                 previous.label()
             ));
-            return Ok(AcquireOutcome::Contended);
+            return Ok(AcquireOutcome::contended(None));
         }
         let fence = Fence::new(previous.map_or(0, |previous| previous.fence.get()) + 1)?;
         let lock_id = LockId::generate();

@@ -42,7 +42,7 @@ async fn calls_batched_together_answer_separately() {
                 assert_eq!(err.code(), ErrorCode::InvalidArgument, "{err}");
                 assert!(err.source().unwrap().to_string().contains("WRONGTYPE"));
             } else if key == held {
-                assert!(matches!(outcome, Ok(AcquireOutcome::Contended)));
+                assert!(matches!(outcome, Ok(AcquireOutcome::Contended(_))));
             } else {
                 match outcome {
                     Ok(AcquireOutcome::Acquired(lease)) => leases.push((key, lease)),

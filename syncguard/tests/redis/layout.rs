@@ -212,7 +212,7 @@ async fn contended_attempts_use_no_fence() {
     for _ in 0..3 {
         assert!(matches!(
             backend.acquire(&key, Duration::from_secs(30)).await,
-            Ok(AcquireOutcome::Contended)
+            Ok(AcquireOutcome::Contended(_))
         ));
     }
     assert!(backend.release(&first.lock_id).await.unwrap().is_released());

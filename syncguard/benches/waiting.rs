@@ -1,0 +1,358 @@
+//! Waiting on one hot key: the polling policy and the notified one (wake on release), side by
+//! side in one run, on memory, Redis and PostgreSQL, with 2, 16 and 64 waiters holding the lock
+//! 1 ms or 10 ms each time, default options otherwise (`LockOptions::default()`: a 5 s wait,
+//! exponential backoff from 100 ms; the polling rows turn `wake_on_release` off).
+//!
+//! ```text
+//! bash scripts/with-services.sh cargo bench -p syncguard --all-features --bench waiting
+//! ```
+//!
+//! Each row gives the successful acquisitions per second; the handoff latency (from the moment
+//! a holder calls release to the moment the next holder's `acquire` returns) at p50 and p99;
+//! the backend operations (acquire, release, extend calls, counted by a decorator) per
+//! successful acquisition; on Redis, the server's CPU time per acquisition (`INFO cpu`); the
+//! longest time any waiter waited for the lock (a wait that ended in a timeout counts, and
+//! the number of timeouts is given); and, as the baseline of the same run, the backend's
+//! round trip (p50 of an uncontended acquire).
+//!
+//! Reads `SYNCGUARD_TEST_REDIS_URL` and `SYNCGUARD_TEST_POSTGRES_URL`. `SYNCGUARD_BENCH_SECS`
+//! sets the measured time per row (default 3), `SYNCGUARD_BENCH_ONLY` a comma-separated filter
+//! on backend names (`memory,redis,postgres`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use syncguard::backend::{
+    AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockInfo, Lookup,
+    ReleaseNotifier, ReleaseOutcome,
+};
+use syncguard::postgres::{PostgresBackend, PostgresConfig, setup_schema};
+use syncguard::{LockError, LockId, LockOptions, MemoryBackend, RedisBackend, RetryPolicy};
+use tokio::time::Instant;
+
+const WAITERS: [usize; 3] = [2, 16, 64];
+const HOLDS: [Duration; 2] = [Duration::from_millis(1), Duration::from_millis(10)];
+const WARMUP: Duration = Duration::from_millis(500);
+
+/// A backend that counts the operations a waiter's lock costs (acquire, release, extend).
+struct Counting {
+    inner: Arc<dyn LockBackend>,
+    operations: AtomicU64,
+}
+
+impl Counting {
+    fn count(&self) {
+        self.operations.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl LockBackend for Counting {
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
+        self.count();
+        self.inner.acquire(key, ttl)
+    }
+
+    fn release<'a>(
+        &'a self,
+        lock_id: &'a LockId,
+    ) -> BoxFuture<'a, Result<ReleaseOutcome, LockError>> {
+        self.count();
+        self.inner.release(lock_id)
+    }
+
+    fn extend<'a>(
+        &'a self,
+        lock_id: &'a LockId,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
+        self.count();
+        self.inner.extend(lock_id, ttl)
+    }
+
+    fn is_locked<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
+        self.inner.is_locked(key)
+    }
+
+    fn lookup<'a>(
+        &'a self,
+        query: Lookup<'a>,
+    ) -> BoxFuture<'a, Result<Option<LockInfo>, LockError>> {
+        self.inner.lookup(query)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn release_notifier(&self) -> Option<ReleaseNotifier> {
+        self.inner.release_notifier()
+    }
+}
+
+fn measured_time() -> Duration {
+    let secs = std::env::var("SYNCGUARD_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .unwrap_or(3.0);
+    Duration::from_secs_f64(secs)
+}
+
+fn wanted(backend: &str) -> bool {
+    std::env::var("SYNCGUARD_BENCH_ONLY")
+        .map(|only| only.split(',').any(|name| name.trim() == backend))
+        .unwrap_or(true)
+}
+
+fn env_url(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: run through `bash scripts/with-services.sh cargo bench ...`")
+    })
+}
+
+fn percentile(sorted: &[u32], p: f64) -> u32 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// The Redis server's CPU seconds so far (user + system).
+async fn redis_cpu(url: &str) -> f64 {
+    let mut conn = redis::Client::open(url)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("stats connection");
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(&mut conn)
+        .await
+        .expect("INFO");
+    info.lines()
+        .filter_map(|line| {
+            line.strip_prefix("used_cpu_sys:")
+                .or_else(|| line.strip_prefix("used_cpu_user:"))
+        })
+        .filter_map(|value| value.trim().parse::<f64>().ok())
+        .sum()
+}
+
+/// What one row measured.
+struct Row {
+    acquisitions: u64,
+    handoffs_us: Vec<u32>,
+    operations: u64,
+    server_cpu: Option<f64>,
+    longest_wait: Duration,
+    timeouts: u64,
+    measured: Duration,
+}
+
+/// Everything the waiters of one row share.
+#[derive(Default)]
+struct Shared {
+    /// When the current holder called release (taken by the next holder).
+    released_at: Mutex<Option<Instant>>,
+    handoffs_us: Mutex<Vec<u32>>,
+    acquisitions: AtomicU64,
+    longest_wait_us: AtomicU64,
+    timeouts: AtomicU64,
+    /// When each waiter began its current wait (`None` while it holds the lock).
+    waiting_since: Mutex<Vec<Option<Instant>>>,
+}
+
+impl Shared {
+    /// A wait of `waited` that ended (or was still going on) in the measured time.
+    fn waited(&self, waited: Duration) {
+        let micros = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        self.longest_wait_us.fetch_max(micros, Ordering::Relaxed);
+    }
+
+    fn set_waiting(&self, waiter: usize, since: Option<Instant>) {
+        self.waiting_since.lock().unwrap()[waiter] = since;
+    }
+}
+
+async fn row(
+    backend: &Arc<Counting>,
+    redis_url: Option<&str>,
+    waiters: usize,
+    hold: Duration,
+    notified: bool,
+) -> Row {
+    let key = format!("bench:waiting:{}", LockId::generate());
+    let options = LockOptions::builder()
+        .retry(RetryPolicy::new().with_wake_on_release(notified))
+        .build()
+        .expect("options");
+    let measured = measured_time();
+    let start = Instant::now() + WARMUP;
+    let end = start + measured;
+    let shared = Arc::new(Shared {
+        waiting_since: Mutex::new(vec![None; waiters]),
+        ..Shared::default()
+    });
+    let shared_backend: Arc<dyn LockBackend> = backend.clone();
+    let tasks: Vec<_> = (0..waiters)
+        .map(|waiter| {
+            let (backend, key, options, shared) = (
+                shared_backend.clone(),
+                key.clone(),
+                options.clone(),
+                shared.clone(),
+            );
+            tokio::spawn(async move {
+                loop {
+                    let began = Instant::now();
+                    if began >= end {
+                        break;
+                    }
+                    shared.set_waiting(waiter, Some(began));
+                    let result = syncguard::acquire(&backend, &key, &options).await;
+                    shared.set_waiting(waiter, None);
+                    let ended = Instant::now();
+                    // Waits that end in the measured time count, whenever they began.
+                    let counted = ended >= start && ended < end;
+                    match result {
+                        Ok(guard) => {
+                            let released_at = shared.released_at.lock().unwrap().take();
+                            if counted {
+                                shared.acquisitions.fetch_add(1, Ordering::Relaxed);
+                                shared.waited(ended - began);
+                                if let Some(released_at) = released_at {
+                                    let handoff = (ended - released_at).as_micros();
+                                    shared
+                                        .handoffs_us
+                                        .lock()
+                                        .unwrap()
+                                        .push(u32::try_from(handoff).unwrap_or(u32::MAX));
+                                }
+                            }
+                            tokio::time::sleep(hold).await;
+                            *shared.released_at.lock().unwrap() = Some(Instant::now());
+                            guard.release().await.expect("release");
+                        }
+                        Err(error) if error.is_contended() => {
+                            if counted {
+                                shared.timeouts.fetch_add(1, Ordering::Relaxed);
+                                shared.waited(ended - began);
+                            }
+                        }
+                        Err(error) => panic!("acquire: {error}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep_until(start).await;
+    let operations_before = backend.operations.load(Ordering::Relaxed);
+    let cpu_before = match redis_url {
+        Some(url) => Some(redis_cpu(url).await),
+        None => None,
+    };
+    tokio::time::sleep_until(end).await;
+    let operations = backend.operations.load(Ordering::Relaxed) - operations_before;
+    // Waits still going on at the end count as far as they got.
+    for since in shared.waiting_since.lock().unwrap().iter().flatten() {
+        shared.waited(end.saturating_duration_since(*since));
+    }
+    let server_cpu = match (redis_url, cpu_before) {
+        (Some(url), Some(before)) => Some(redis_cpu(url).await - before),
+        _ => None,
+    };
+    for task in tasks {
+        task.await.expect("waiter");
+    }
+    let mut handoffs_us = std::mem::take(&mut *shared.handoffs_us.lock().unwrap());
+    handoffs_us.sort_unstable();
+    Row {
+        acquisitions: shared.acquisitions.load(Ordering::Relaxed),
+        handoffs_us,
+        operations,
+        server_cpu,
+        longest_wait: Duration::from_micros(shared.longest_wait_us.load(Ordering::Relaxed)),
+        timeouts: shared.timeouts.load(Ordering::Relaxed),
+        measured,
+    }
+}
+
+/// The backend's round trip, as the baseline: p50 of an uncontended acquire, in µs.
+async fn round_trip_us(backend: &Counting) -> u32 {
+    let key = format!("bench:round-trip:{}", LockId::generate());
+    let mut samples = Vec::new();
+    for _ in 0..200 {
+        let began = Instant::now();
+        let lease = backend
+            .acquire(&key, Duration::from_secs(30))
+            .await
+            .expect("acquire")
+            .lease()
+            .expect("free");
+        samples.push(u32::try_from(began.elapsed().as_micros()).unwrap_or(u32::MAX));
+        let released = backend.release(&lease.lock_id).await.expect("release");
+        assert!(released.is_released());
+    }
+    samples.sort_unstable();
+    percentile(&samples, 0.5)
+}
+
+async fn bench_backend(name: &str, backend: Arc<dyn LockBackend>, redis_url: Option<&str>) {
+    let backend = Arc::new(Counting {
+        inner: backend,
+        operations: AtomicU64::new(0),
+    });
+    let round_trip = round_trip_us(&backend).await;
+    println!("\n{name}: round trip (uncontended acquire) p50 {round_trip} µs\n");
+    println!(
+        "| policy | waiters | hold | acquisitions/s | handoff p50 | handoff p99 | ops/acq | server µs/acq | longest wait | timeouts |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for waiters in WAITERS {
+        for hold in HOLDS {
+            for notified in [false, true] {
+                let row = row(&backend, redis_url, waiters, hold, notified).await;
+                let per_acq = |value: f64| value / row.acquisitions.max(1) as f64;
+                let server = row.server_cpu.map_or_else(
+                    || "–".to_owned(),
+                    |cpu| format!("{:.0}", per_acq(cpu * 1e6)),
+                );
+                println!(
+                    "| {} | {waiters} | {} ms | {:.0} | {:.2} ms | {:.2} ms | {:.1} | {server} | {:.2} s | {} |",
+                    if notified { "notified" } else { "polling" },
+                    hold.as_millis(),
+                    row.acquisitions as f64 / row.measured.as_secs_f64(),
+                    f64::from(percentile(&row.handoffs_us, 0.5)) / 1000.0,
+                    f64::from(percentile(&row.handoffs_us, 0.99)) / 1000.0,
+                    per_acq(row.operations as f64),
+                    row.longest_wait.as_secs_f64(),
+                    row.timeouts,
+                );
+            }
+        }
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    if wanted("memory") {
+        bench_backend("memory", Arc::new(MemoryBackend::new()), None).await;
+    }
+    if wanted("redis") {
+        let url = env_url("SYNCGUARD_TEST_REDIS_URL");
+        let backend = RedisBackend::connect(&url).await.expect("redis");
+        bench_backend("redis", Arc::new(backend), Some(&url)).await;
+    }
+    if wanted("postgres") {
+        let url = env_url("SYNCGUARD_TEST_POSTGRES_URL");
+        let backend = PostgresBackend::connect(&url).await.expect("postgres");
+        setup_schema(backend.pool(), &PostgresConfig::new())
+            .await
+            .expect("schema");
+        bench_backend("postgres", Arc::new(backend), None).await;
+    }
+}
