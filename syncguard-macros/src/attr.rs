@@ -8,7 +8,7 @@ use syn::parse::{Parse, ParseStream};
 use syn::{Expr, Ident, LitBool, LitInt, LitStr, Path, Token};
 
 /// The names `#[locked]` accepts, for error messages.
-const KNOWN: &str = "key, ttl, backend, wait, retries, retry_delay, backoff, jitter, heartbeat, max_hold, on_lost, show_key, guard, crate";
+const KNOWN: &str = "key, ttl, backend, wait, retries, retry_delay, backoff, jitter, wake_on_release, heartbeat, max_hold, on_lost, show_key, guard, crate";
 
 /// A duration written as text, checked at compile time.
 pub(crate) struct DurationArg {
@@ -39,6 +39,7 @@ pub(crate) struct Args {
     pub(crate) retry_delay: Option<DurationArg>,
     pub(crate) backoff: Option<Choice>,
     pub(crate) jitter: Option<Choice>,
+    pub(crate) wake_on_release: Option<LitBool>,
     pub(crate) heartbeat: Option<LitBool>,
     pub(crate) max_hold: Option<DurationArg>,
     pub(crate) on_lost: Option<Choice>,
@@ -98,6 +99,14 @@ impl Parse for Args {
                     &name,
                     choice(input, "jitter", &["equal", "full", "none"])?,
                 )?,
+                "wake_on_release" => {
+                    quoted_flag(
+                        input,
+                        "wake_on_release",
+                        "`wake_on_release = false` or `wake_on_release = true`",
+                    )?;
+                    set(&mut args.wake_on_release, &name, input.parse()?)?;
+                }
                 "heartbeat" => {
                     quoted_flag(
                         input,
@@ -246,6 +255,9 @@ impl Args {
                 self.retry_delay.as_ref().map(|d| ("retry_delay", d.span)),
                 self.backoff.as_ref().map(|c| ("backoff", c.span)),
                 self.jitter.as_ref().map(|c| ("jitter", c.span)),
+                self.wake_on_release
+                    .as_ref()
+                    .map(|flag| ("wake_on_release", flag.span())),
             ];
             if let Some((name, span)) = retry_settings.into_iter().flatten().next() {
                 return Err(syn::Error::new(

@@ -328,6 +328,10 @@ fn retry_policy(args: &Args, krate: &TokenStream) -> Option<TokenStream> {
         policy = quote!(#policy.with_jitter(#krate::Jitter::#variant));
         changed = true;
     }
+    if let Some(wake) = &args.wake_on_release {
+        policy = quote!(#policy.with_wake_on_release(#wake));
+        changed = true;
+    }
     changed.then_some(policy)
 }
 

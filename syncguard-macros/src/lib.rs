@@ -51,6 +51,7 @@ use proc_macro::TokenStream;
 /// | `retry_delay = "100ms"` | delay before the first retry | `"100ms"` |
 /// | `backoff = exponential \| fixed` | how delays grow | `exponential` |
 /// | `jitter = equal \| full \| none` | randomness mixed into delays | `equal` |
+/// | `wake_on_release = false` | poll at the delays alone, instead of also waking when the lock is released (`RetryPolicy::with_wake_on_release`) | on |
 /// | `heartbeat = false` | do not extend the lock while the body runs | on |
 /// | `max_hold = "10m"` | stop extending after this long (the lock then lapses and counts as lost) | none |
 /// | `on_lost = cancel \| notify` | on loss, drop the body and return the lost-lock error, or let it run on | `cancel` |
