@@ -222,10 +222,10 @@ impl<'o> Acquisition<'o> {
         let waits = retry.max_retries() > 0 && !retry.timeout().is_zero();
         // Joined before the first attempt, so that no release between a refusal and the wait
         // goes unseen.
-        let mut watch = self
-            .backend
-            .release_notifier()
-            .filter(|_| waits && retry.wake_on_release())
+        // Asked for only when used: a backend may open a connection to listen.
+        let mut watch = (waits && retry.wake_on_release())
+            .then(|| self.backend.release_notifier())
+            .flatten()
             .map(|notifier| notifier.watch(&self.key));
         // A newcomer behind earlier waiters of this process waits for its turn.
         let mut attempt_now = watch.as_ref().is_none_or(ReleaseWatch::is_first);

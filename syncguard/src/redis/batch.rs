@@ -18,7 +18,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::batch_call::{Call, send};
-pub(crate) use super::batch_call::{Op, Reply};
+pub(crate) use super::batch_call::{Header, Op, Reply};
 use super::connection::Conn;
 use super::orphans::{Orphan, Orphans};
 use crate::LockError;
@@ -39,16 +39,16 @@ const REPLY_GROUP: usize = 16;
 /// The queue in front of the batch task of one backend.
 pub(crate) struct Batcher {
     conn: Conn,
-    index_prefix: Arc<str>,
+    header: Arc<Header>,
     queue: Mutex<Option<mpsc::UnboundedSender<Call>>>,
     orphans: Arc<Orphans>,
 }
 
 impl Batcher {
-    pub(crate) fn new(conn: Conn, index_prefix: &str) -> Self {
+    pub(crate) fn new(conn: Conn, header: Header) -> Self {
         Self {
             conn,
-            index_prefix: index_prefix.into(),
+            header: Arc::new(header),
             queue: Mutex::new(None),
             orphans: Arc::default(),
         }
@@ -79,7 +79,7 @@ impl Batcher {
         let (sender, receiver) = mpsc::unbounded_channel();
         tokio::spawn(drive(
             self.conn.clone(),
-            Arc::clone(&self.index_prefix),
+            Arc::clone(&self.header),
             Arc::clone(&self.orphans),
             receiver,
         ));
@@ -92,7 +92,7 @@ impl Batcher {
 /// The batch task: ends when the backend (the only sender) is dropped.
 async fn drive(
     conn: Conn,
-    index_prefix: Arc<str>,
+    header: Arc<Header>,
     orphans: Arc<Orphans>,
     mut queue: mpsc::UnboundedReceiver<Call>,
 ) {
@@ -111,10 +111,10 @@ async fn drive(
             }
         }
         let conn = conn.clone();
-        let index_prefix = Arc::clone(&index_prefix);
+        let header = Arc::clone(&header);
         let orphans = Arc::clone(&orphans);
         tokio::spawn(async move {
-            execute(&conn, &index_prefix, &orphans, calls).await;
+            execute(&conn, &header, &orphans, calls).await;
             drop(slot);
         });
     }
@@ -125,10 +125,10 @@ async fn drive(
 /// dropped while waiting), and one whose acquire failed in a way that leaves open whether
 /// Redis applied it (a timeout, a broken connection: a request held up in the network runs
 /// when it arrives, after its caller gave up).
-async fn execute(conn: &Conn, index_prefix: &Arc<str>, orphans: &Arc<Orphans>, calls: Vec<Call>) {
+async fn execute(conn: &Conn, header: &Arc<Header>, orphans: &Arc<Orphans>, calls: Vec<Call>) {
     let sent = Instant::now();
     let mut found = Vec::new();
-    match send(conn, index_prefix, &calls).await {
+    match send(conn, header, &calls).await {
         Ok(replies) => {
             for (i, (call, reply)) in calls.into_iter().zip(replies).enumerate() {
                 if i > 0 && i % REPLY_GROUP == 0 {
@@ -154,6 +154,6 @@ async fn execute(conn: &Conn, index_prefix: &Arc<str>, orphans: &Arc<Orphans>, c
         }
     }
     if !found.is_empty() {
-        orphans.add(found, conn, index_prefix);
+        orphans.add(found, conn, header);
     }
 }

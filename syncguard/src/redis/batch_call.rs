@@ -94,6 +94,14 @@ impl Op {
     }
 }
 
+/// What every call of one backend's batch script passes before its operations.
+pub(crate) struct Header {
+    /// `<prefix>:id:`, the start of every index key.
+    pub(crate) index_prefix: Box<str>,
+    /// Where releases are published (`<prefix>:released`); empty when they are not.
+    pub(crate) release_channel: Box<str>,
+}
+
 /// What an operation got back: its slot of the batch reply, and the server time of the batch
 /// (an acquire or extend that succeeded expires at `now_ms + ttl`; an extend by an amount
 /// replies its new expiry).
@@ -130,13 +138,15 @@ impl Failure {
 
 pub(super) async fn send(
     conn: &Conn,
-    index_prefix: &str,
+    header: &Header,
     calls: &[Call],
 ) -> Result<Vec<Result<Reply, LockError>>, Failure> {
     let lua: &LuaScript = &scripts::BATCH;
     let keys = calls.iter().map(|c| c.op.keys()).sum();
-    let args = calls.iter().map(|c| c.op.args()).sum::<usize>() + 2;
-    let bytes = calls.iter().map(|c| c.op.bytes()).sum::<usize>() + index_prefix.len();
+    let args = calls.iter().map(|c| c.op.args()).sum::<usize>() + 3;
+    let bytes = calls.iter().map(|c| c.op.bytes()).sum::<usize>()
+        + header.index_prefix.len()
+        + header.release_channel.len();
     let mut cmd = evalsha(lua, keys, args, bytes);
     for call in calls {
         match &call.op {
@@ -167,7 +177,9 @@ pub(super) async fn send(
             }
         }
     }
-    cmd.arg(TIME_TOLERANCE_MS).arg(index_prefix);
+    cmd.arg(TIME_TOLERANCE_MS)
+        .arg(&*header.index_prefix)
+        .arg(&*header.release_channel);
     for call in calls {
         match &call.op {
             Op::Acquire {

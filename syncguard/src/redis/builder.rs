@@ -99,7 +99,20 @@ impl RedisBackendBuilder {
         self
     }
 
-    /// Replaces prefix and cleanup settings with `config`.
+    /// Whether releases are published on the release channel, waking waiters at once
+    /// (default `true`; see [`RedisConfig::publish_releases`]).
+    ///
+    /// ```
+    /// let builder = syncguard::redis::RedisBackend::builder("redis://127.0.0.1")
+    ///     .publish_releases(false);
+    /// # let _ = builder;
+    /// ```
+    pub fn publish_releases(mut self, enabled: bool) -> Self {
+        self.config.publish_releases = enabled;
+        self
+    }
+
+    /// Replaces the prefix, cleanup and publishing settings with `config`.
     ///
     /// ```
     /// use syncguard::redis::{RedisBackend, RedisConfig};
@@ -234,7 +247,7 @@ impl RedisBackendBuilder {
                     .set_connection_timeout(Some(self.net.connection_timeout))
                     .set_response_timeout(Some(self.net.response_timeout))
                     .set_number_of_retries(self.net.reconnect_retries);
-                let manager = ConnectionManager::new_with_config(client, settings)
+                let manager = ConnectionManager::new_with_config(client.clone(), settings)
                     .await
                     .map_err(map_redis_error)?;
                 Conn::Manager(manager)
@@ -265,7 +278,8 @@ impl RedisBackendBuilder {
                 Conn::Pool(pool)
             }
         };
-        let backend = RedisBackend::with_conn(conn, &self.config)?;
+        // The subscriber connects as the others do: same address, credentials and TLS.
+        let backend = RedisBackend::with_conn(conn, &self.config, Some((client, self.net)))?;
         backend.load_scripts().await?;
         Ok(backend)
     }

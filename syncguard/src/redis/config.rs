@@ -40,7 +40,16 @@ pub use crate::time::CLEANUP_GUARD_MS;
 /// assert_eq!(config.prefix, "billing");
 /// assert!(config.cleanup_in_is_locked);
 /// assert_eq!(RedisConfig::default().prefix, "syncguard");
+/// assert!(RedisConfig::default().publish_releases);
 /// ```
+///
+/// # Default
+///
+/// | setting | default |
+/// |---|---|
+/// | [`prefix`](Self::prefix) | [`DEFAULT_PREFIX`] (`"syncguard"`) |
+/// | [`cleanup_in_is_locked`](Self::cleanup_in_is_locked) | `false` |
+/// | [`publish_releases`](Self::publish_releases) | `true` |
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RedisConfig {
@@ -52,6 +61,12 @@ pub struct RedisConfig {
     /// and its index are deleted, never a fence counter. Redis also drops lock keys by their
     /// own TTL, so this only matters for keys written without one.
     pub cleanup_in_is_locked: bool,
+    /// Whether a release publishes the lock's key on the release channel `<prefix>:released`,
+    /// so that waiters (of every process) wake at once (default `true`; see
+    /// [waiting](super#waiting)). Off, this backend's releases reach waiters only through
+    /// their polling, as a reference (TypeScript) service's do; it still hears the releases
+    /// others publish.
+    pub publish_releases: bool,
 }
 
 impl Default for RedisConfig {
@@ -59,12 +74,14 @@ impl Default for RedisConfig {
         Self {
             prefix: DEFAULT_PREFIX.to_owned(),
             cleanup_in_is_locked: false,
+            publish_releases: true,
         }
     }
 }
 
 impl RedisConfig {
-    /// The default configuration: prefix `"syncguard"`, no cleanup in `is_locked`.
+    /// The default configuration: prefix `"syncguard"`, no cleanup in `is_locked`, releases
+    /// published.
     ///
     /// ```
     /// let config = syncguard::redis::RedisConfig::new();
@@ -95,6 +112,19 @@ impl RedisConfig {
     #[must_use]
     pub fn with_cleanup_in_is_locked(mut self, enabled: bool) -> Self {
         self.cleanup_in_is_locked = enabled;
+        self
+    }
+
+    /// Enables or disables publishing releases on the release channel (see
+    /// [`publish_releases`](Self::publish_releases)).
+    ///
+    /// ```
+    /// let config = syncguard::redis::RedisConfig::new().with_publish_releases(false);
+    /// assert!(!config.publish_releases);
+    /// ```
+    #[must_use]
+    pub fn with_publish_releases(mut self, enabled: bool) -> Self {
+        self.publish_releases = enabled;
         self
     }
 }

@@ -33,6 +33,8 @@ pub(crate) struct Layout {
     prefix: Box<str>,
     /// `P:id:`, the start of every index key (for the scripts that find an old lock's index).
     index_prefix: Box<str>,
+    /// `P:released`, the Pub/Sub channel of releases (channels are no keys: nothing is stored).
+    release_channel: Box<str>,
 }
 
 impl Layout {
@@ -41,6 +43,7 @@ impl Layout {
         Self {
             prefix: prefix.into(),
             index_prefix: format!("{prefix}:id:").into(),
+            release_channel: format!("{prefix}:released").into(),
         }
     }
 
@@ -50,6 +53,11 @@ impl Layout {
 
     pub(crate) fn index_prefix(&self) -> &str {
         &self.index_prefix
+    }
+
+    /// The channel releases are published on, and the subscriber listens to.
+    pub(crate) fn release_channel(&self) -> &str {
+        &self.release_channel
     }
 
     /// The Redis key of the lock on `key` (already NFC-normalized and validated).
@@ -135,6 +143,7 @@ mod tests {
             format!("syncguard:id:{}", id.as_str())
         );
         assert_eq!(layout.index_prefix(), "syncguard:id:");
+        assert_eq!(layout.release_channel(), "syncguard:released");
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! release and extend calls waiting at the same moment run in one script call (up to 64 of
 //! them, up to 4 such calls awaiting replies), each exactly as it would run alone: a lone
 //! caller pays one round trip, many callers share a few. A call that meets bad data fails
-//! alone, having changed nothing.
+//! alone, having changed nothing. Waiters wake when a lock is released, through Redis Pub/Sub
+//! (see [waiting](#waiting)).
 //!
 //! ```no_run
 //! # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {
@@ -78,6 +79,53 @@
 //! nobody until that release lands (at most its ttl), and a request held up longer than
 //! those resends lands after the last of them, so that its lock stays until its ttl.
 //!
+//! ## Waiting
+//!
+//! [`acquire`](crate::acquire) waits for a held lock as its [`RetryPolicy`](crate::RetryPolicy)
+//! says; on Redis its waiters wake when the lock is released, instead of at their next poll.
+//!
+//! - **Publish.** The release of a live lock (a guard's release,
+//!   [`LockBackend::release`](crate::backend::LockBackend::release), and the backend's own
+//!   release of an acquire in doubt) publishes the lock's normalized key on the channel
+//!   `<prefix>:released` (`syncguard:released` by default; see
+//!   [`release_channel`](RedisBackend::release_channel)), in the script call that deletes it.
+//!   Nothing else publishes: not a release that finds the lock gone or expired, not an expiry.
+//!   [`publish_releases`](RedisBackendBuilder::publish_releases)`(false)` turns it off.
+//! - **Subscribe.** Each backend (shared by its clones) opens one more connection, the first
+//!   time something waits on it, subscribes to the channel, and hands every key it hears to
+//!   this process's waiters of that key: the first of them (they queue in arrival order) tries
+//!   the lock at once. The connection is made as the backend's own are (URL, credentials, TLS,
+//!   the builder's connection and response timeouts) and closes when the last clone of the
+//!   backend is dropped, or with the runtime it started on.
+//! - **Fallback.** A message is a hint, never a condition: a waiter also tries when the
+//!   holder's lease ends (a refused acquire reports the holder's stored `expiresAtMs`) and at
+//!   the retry policy's delays, and never waits past its deadline. So an expiry, a release by a
+//!   service that does not publish (the reference's TypeScript services, a backend with
+//!   publishing off) and a message lost while the subscriber was disconnected cost time, never
+//!   correctness. A lost subscriber connection is opened again after 100 ms, then at doubling
+//!   intervals up to 10 s while the server stays out of reach; once subscribed again, the
+//!   first waiter of every key tries its lock, in case its release went by meanwhile. A
+//!   connection silent for 10 s is checked with a `PING`, so that one a partition cut is
+//!   noticed.
+//! - **Across processes** the first waiter of each process is woken and they race: one takes
+//!   the lock, the others wait again. Arrival order holds within a process only.
+//! - **Cost.** One connection per backend, opened only once something waits (it then stays
+//!   open). One `PUBLISH` per release, which Redis sends to every connection subscribed to the
+//!   prefix's channel: every process waiting on any key of the prefix hears every release of
+//!   the prefix (a message the size of the key), and only the waiters of that key act on it.
+//!   Pub/Sub channels are server-wide, not per database: backends of one prefix on different
+//!   databases of a server wake each other's waiters for nothing (one refused attempt each);
+//!   give them prefixes of their own.
+//! - **Permissions.** With ACLs the user needs `PUBLISH` and `SUBSCRIBE` on the channel
+//!   (`&<prefix>:released`). Without them, releases still succeed (a refused publish is
+//!   ignored) and waiters poll.
+//! - **A backend on a connection of yours** ([`from_connection_manager`],
+//!   [`from_pool`]) cannot tell where to subscribe: its waiters poll unless given the client
+//!   with [`with_release_client`](RedisBackend::with_release_client).
+//!
+//! [`from_connection_manager`]: RedisBackend::from_connection_manager
+//! [`from_pool`]: RedisBackend::from_pool
+//!
 //! ## Errors
 //!
 //! Driver errors map onto [`LockError`] as the reference's specification classifies them,
@@ -135,6 +183,7 @@ mod known;
 mod operations;
 mod orphans;
 mod scripts;
+mod subscriber;
 
 use std::fmt;
 use std::sync::Arc;
@@ -145,6 +194,7 @@ use crate::key::normalize_key;
 use crate::{LockError, LockId};
 
 pub use builder::RedisBackendBuilder;
+use config::NetConfig;
 pub use config::{
     CLEANUP_GUARD_MS, ConnectionMode, DEFAULT_PREFIX, MAX_PREFIX_BYTES, RedisConfig,
     validate_prefix,
@@ -154,6 +204,7 @@ use connection::install_crypto_provider;
 use connection::{Conn, load_all};
 use error::map_pool_error;
 use keys::Layout;
+use subscriber::ReleaseSubscriber;
 
 /// Distributed locks on Redis: Lua scripts by EVALSHA (concurrent acquire, release and extend
 /// calls batched into one), server time (`TIME`) as the time authority, fences from `INCR`.
@@ -191,6 +242,10 @@ struct Inner {
     layout: Layout,
     /// The cleanup guard passed to `is_locked` (`0` = no cleanup).
     cleanup_guard_ms: u64,
+    /// Whether releases are published on the release channel.
+    publish_releases: bool,
+    /// The release channel's subscriber, which wakes this process's waiters.
+    releases: ReleaseSubscriber,
 }
 
 impl RedisBackend {
@@ -235,6 +290,10 @@ impl RedisBackend {
     /// A backend on an existing `ConnectionManager` (multiplexed, auto-reconnecting; its
     /// clones share one connection). No I/O happens here; scripts load on first use.
     ///
+    /// Its waiters poll: a `ConnectionManager` does not tell where it connects, so give the
+    /// [`redis::Client`] it was made from to [`with_release_client`](Self::with_release_client)
+    /// for waiters that wake on release.
+    ///
     /// # Errors
     /// `InvalidArgument` for an invalid prefix (see [`validate_prefix`]).
     ///
@@ -251,11 +310,15 @@ impl RedisBackend {
         manager: ConnectionManager,
         config: RedisConfig,
     ) -> Result<Self, LockError> {
-        Self::with_conn(Conn::Manager(manager), &config)
+        Self::with_conn(Conn::Manager(manager), &config, None)
     }
 
     /// A backend on an existing deadpool-redis pool. No I/O happens here; scripts load on
     /// first use.
+    ///
+    /// Its waiters poll: a pool does not tell where it connects, so give a [`redis::Client`]
+    /// for the same server to [`with_release_client`](Self::with_release_client) for waiters
+    /// that wake on release.
     ///
     /// # Errors
     /// `InvalidArgument` for an invalid prefix (see [`validate_prefix`]).
@@ -273,15 +336,32 @@ impl RedisBackend {
         // The pool opens its connections later, in our operations.
         #[cfg(feature = "redis-tls")]
         install_crypto_provider();
-        Self::with_conn(Conn::Pool(pool), &config)
+        Self::with_conn(Conn::Pool(pool), &config, None)
     }
 
-    fn with_conn(conn: Conn, config: &RedisConfig) -> Result<Self, LockError> {
+    /// `subscriber`: the client the release subscriber connects with, and its timeouts
+    /// (`None`: not until [`with_release_client`](Self::with_release_client)).
+    fn with_conn(
+        conn: Conn,
+        config: &RedisConfig,
+        subscriber: Option<(::redis::Client, NetConfig)>,
+    ) -> Result<Self, LockError> {
         let prefix = validate_prefix(&config.prefix)?;
         let layout = Layout::new(prefix);
+        let header = batch::Header {
+            index_prefix: layout.index_prefix().into(),
+            release_channel: if config.publish_releases {
+                layout.release_channel().into()
+            } else {
+                "".into()
+            },
+        };
+        let (client, net) = subscriber.unzip();
+        let releases =
+            ReleaseSubscriber::new(layout.release_channel(), client, net.unwrap_or_default());
         Ok(Self {
             inner: Arc::new(Inner {
-                batcher: batch::Batcher::new(conn.clone(), layout.index_prefix()),
+                batcher: batch::Batcher::new(conn.clone(), header),
                 known: known::KnownKeys::default(),
                 conn,
                 layout,
@@ -290,8 +370,49 @@ impl RedisBackend {
                 } else {
                     0
                 },
+                publish_releases: config.publish_releases,
+                releases,
             }),
         })
+    }
+
+    /// Subscribes to releases with `client`, for a backend made with
+    /// [`from_connection_manager`](Self::from_connection_manager) or
+    /// [`from_pool`](Self::from_pool), whose waiters otherwise poll (a backend from
+    /// [`connect`](Self::connect) or the [`builder`](Self::builder) subscribes with its own
+    /// settings already). `client` should reach the same server, with the same credentials, as
+    /// the backend's connections; the subscriber connection opens the first time something
+    /// waits, with a connection timeout and a response timeout of 1 s (see
+    /// [waiting](self#waiting)). Given to a backend already subscribed, it replaces the
+    /// subscription (for every clone).
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use syncguard::redis::{RedisBackend, RedisConfig};
+    ///
+    /// let client = redis::Client::open("redis://127.0.0.1:6379")?;
+    /// let manager = redis::aio::ConnectionManager::new(client.clone()).await?;
+    /// let backend = RedisBackend::from_connection_manager(manager, RedisConfig::new())?
+    ///     .with_release_client(client);
+    /// # let _ = backend; Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn with_release_client(self, client: ::redis::Client) -> Self {
+        self.inner.releases.set_client(client);
+        self
+    }
+
+    /// The Pub/Sub channel releases are published on and waiters listen to:
+    /// `<prefix>:released` (see [waiting](self#waiting)).
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {
+    /// let backend = syncguard::redis::RedisBackend::connect("redis://127.0.0.1:6379").await?;
+    /// assert_eq!(backend.release_channel(), "syncguard:released");
+    /// # Ok(()) }
+    /// ```
+    pub fn release_channel(&self) -> &str {
+        self.inner.layout.release_channel()
     }
 
     /// The key prefix.
@@ -398,6 +519,8 @@ impl fmt::Debug for RedisBackend {
             .field("prefix", &self.prefix())
             .field("mode", &self.connection_mode())
             .field("cleanup_in_is_locked", &(self.inner.cleanup_guard_ms > 0))
+            .field("publish_releases", &self.inner.publish_releases)
+            .field("subscribes", &self.inner.releases.has_client())
             .finish()
     }
 }

@@ -14,7 +14,7 @@ use super::error::unexpected_reply;
 use super::scripts::{self, LuaScript};
 use crate::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, Lease, LockBackend, LockInfo, Lookup,
-    NotHeldReason, ReleaseOutcome, TimeAuthority, check_holder,
+    NotHeldReason, ReleaseNotifier, ReleaseOutcome, TimeAuthority, check_holder,
 };
 use crate::key::normalize_key;
 use crate::time::{TIME_TOLERANCE_MS, is_live, ttl_millis};
@@ -63,7 +63,14 @@ impl RedisBackend {
             })
             .await?;
         let (lock_id, fence) = match &reply.value {
-            Value::Int(0) => return Ok(AcquireOutcome::contended(None)),
+            // Refused: the live holder's stored expiry, which the waiter may wait for.
+            Value::Int(expires) => {
+                let expires = u64::try_from(*expires)
+                    .ok()
+                    .filter(|&expires| expires > 0)
+                    .ok_or_else(|| unexpected_reply("acquire", &reply.value))?;
+                return Ok(AcquireOutcome::contended(Some(expires)));
+            }
             Value::BulkString(fence) => match std::str::from_utf8(fence)
                 .map_err(|_| unexpected_reply("acquire", &reply.value))
                 .and_then(str::parse::<Fence>)
@@ -338,6 +345,12 @@ impl LockBackend for RedisBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::new("redis", TimeAuthority::Server).with_holders()
+    }
+
+    /// Starts the subscriber connection the first time something waits (see
+    /// [waiting](super#waiting)); `None` when this backend does not know where to subscribe.
+    fn release_notifier(&self) -> Option<ReleaseNotifier> {
+        self.inner.releases.notifier()
     }
 }
 

@@ -23,7 +23,7 @@ use ::redis::Value;
 use tokio::sync::oneshot;
 use tokio::time::{Instant, sleep};
 
-use super::batch_call::{Call, Op, send};
+use super::batch_call::{Call, Header, Op, send};
 use super::connection::Conn;
 use crate::time::TIME_TOLERANCE_MS;
 
@@ -105,7 +105,7 @@ impl Orphans {
     }
 
     /// Queues `found` for release, starting the task that releases them if it is not running.
-    pub(super) fn add(self: &Arc<Self>, found: Vec<Orphan>, conn: &Conn, index_prefix: &Arc<str>) {
+    pub(super) fn add(self: &Arc<Self>, found: Vec<Orphan>, conn: &Conn, header: &Arc<Header>) {
         let mut state = self.state();
         state.pending.extend(found);
         let excess = state.pending.len().saturating_sub(MAX_KEPT);
@@ -118,17 +118,13 @@ impl Orphans {
         }
         if !state.draining {
             state.draining = true;
-            tokio::spawn(drain(
-                Arc::clone(self),
-                conn.clone(),
-                Arc::clone(index_prefix),
-            ));
+            tokio::spawn(drain(Arc::clone(self), conn.clone(), Arc::clone(header)));
         }
     }
 }
 
 /// Releases the pending locks, a batch at a time, until none is left.
-async fn drain(orphans: Arc<Orphans>, conn: Conn, index_prefix: Arc<str>) {
+async fn drain(orphans: Arc<Orphans>, conn: Conn, header: Arc<Header>) {
     let mut pause = RETRY_FIRST;
     loop {
         let now = Instant::now();
@@ -163,7 +159,7 @@ async fn drain(orphans: Arc<Orphans>, conn: Conn, index_prefix: Arc<str>) {
                 reply: oneshot::channel().0,
             })
             .collect();
-        match send(&conn, &index_prefix, &calls).await {
+        match send(&conn, &header, &calls).await {
             Ok(replies) => {
                 pause = RETRY_FIRST;
                 let again = due

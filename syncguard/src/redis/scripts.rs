@@ -23,7 +23,8 @@ impl LuaScript {
 
 /// Acquire, release and extend operations in one call: `KEYS` and `ARGV` per operation as
 /// described in `lua/batch.lua`; replies the batch's server time, then one reply per operation
-/// (the reference's outcome codes).
+/// (the reference's outcome codes; a refused acquire replies the holder's expiry). A release
+/// of a live lock publishes its key on the release channel.
 pub(crate) static BATCH: LazyLock<LuaScript> =
     LazyLock::new(|| LuaScript::new(include_str!("lua/batch.lua")));
 /// Liveness of a key: `KEYS` lock; `ARGV` tolerance, cleanup guard (0 = off), index prefix.

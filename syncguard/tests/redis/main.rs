@@ -2,8 +2,9 @@
 //! suite in both connection modes ([`conformance`]), the storage layout byte for byte and its
 //! compatibility with the reference ([`layout`]), expired lock data ([`expiry`]), batched
 //! script calls ([`batching`]), acquires whose caller gave up ([`orphans`]), connection
-//! failures and recovery in both modes ([`connection`]), and prefixes, reserved keys and bad
-//! stored data ([`input`]).
+//! failures and recovery in both modes ([`connection`]), prefixes, reserved keys and bad
+//! stored data ([`input`]), and waiters woken by published releases, with their fallbacks
+//! ([`waiting`]).
 //!
 //! Needs `SYNCGUARD_TEST_REDIS_URL` (a server these tests may write to) and
 //! `SYNCGUARD_REDIS_SERVER_BIN` (to start private servers); `bash scripts/test-all.sh` or
@@ -23,6 +24,7 @@ mod holders;
 mod input;
 mod layout;
 mod orphans;
+mod waiting;
 
 use std::time::Duration;
 

@@ -4,7 +4,8 @@
 -- same return codes; running them back to back inside one script changes nothing for any of
 -- them (a script is atomic, and all of them see the same server time).
 --
--- ARGV[1] tolerance ms, ARGV[2] index key prefix ("<prefix>:id:"), then per operation:
+-- ARGV[1] tolerance ms, ARGV[2] index key prefix ("<prefix>:id:"), ARGV[3] release channel
+-- ("<prefix>:released", or empty for none), then per operation:
 --   'A' lockId ttlMs pxMs userKey          KEYS: lock key, index key, fence key
 --   'H' lockId ttlMs pxMs userKey holder   KEYS: lock key, index key, fence key
 --   'R' lockId                             KEYS: index key
@@ -19,7 +20,8 @@
 -- current expiry instead of to now).
 -- pxMs (ttl + tolerance) comes as text: handing Redis a Lua number costs a float formatting.
 -- Returns the server time (ms) of the batch, then one reply per operation:
---   acquire the fence (15 digits) when acquired, expiring at time + ttl; 0 when contended
+--   acquire the fence (15 digits) when acquired, expiring at time + ttl; when contended, the
+--           live holder's expiresAtMs (an integer, never 0)
 --   acquire as a holder: as acquire; {fence, lockId} when it re-entered the live lock of the
 --           same holder (kept lock id and fence, a fresh lease expiring at time + ttl)
 --   release 1, 0 (held by another lock id), -1 (not found), -2 (expired)
@@ -45,6 +47,11 @@
 -- without holder, and a record without one (or with `null`) is re-entered by no holder.
 -- A re-entry renews the index of the kept lock id, `prefix:id:<lockId>`, a key derived in the
 -- script as the cleanup of a stale index is.
+--
+-- A release of a live lock (and only that: not an expired lock's cleanup) publishes the lock's
+-- normalized key, as stored in its `key` field, on the release channel, so that the waiters of
+-- every process subscribed to it try the lock at once. The publish is a hint: it is sent with
+-- redis.pcall, so that a user without permission to publish still releases (its waiters poll).
 local clock = redis.call('TIME')
 local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
 -- %d formats an integer; a bare number in a concatenation goes through %.14g, far slower.
@@ -52,8 +59,10 @@ local nowText = string.format('%d', now)
 -- A lock whose expiresAtMs is at or below this is expired (the liveness predicate).
 local dead = now - tonumber(ARGV[1])
 local indexPrefix = ARGV[2]
+local releaseChannel = ARGV[3]
 local BADDATA = 'BADDATA syncguard: the lock key holds data that is not SyncGuard lock JSON'
 local EXPIRES = '"expiresAtMs":'
+local KEY = '"key":"'
 -- The largest expiry an extend by an amount reaches: the largest integer a Lua number (a
 -- double) holds exactly.
 local MAX_EXPIRES = 9007199254740991
@@ -81,6 +90,37 @@ local function expiry(data)
   return tonumber(digits), first, first + #digits
 end
 
+-- The user key in lock data (the normalized key its waiters wait on); nil when there is none.
+-- A quote inside a JSON string is escaped, so the first `"key":"` is the field itself, and
+-- the string ends at the first quote not escaped. Most keys hold no escape (cjson escapes `/`
+-- as well) and are taken as they are; the others are decoded.
+local function storedKey(data)
+  local at = string.find(data, KEY, 1, true)
+  if not at then
+    return nil
+  end
+  local first = at + #KEY
+  local from, escaped = first, false
+  while true do
+    local stop = string.find(data, '["\\]', from)
+    if not stop then
+      return nil
+    end
+    if string.byte(data, stop) == 34 then
+      if not escaped then
+        return string.sub(data, first, stop - 1)
+      end
+      local ok, key = pcall(cjson.decode, string.sub(data, first - 1, stop))
+      if ok and type(key) == 'string' then
+        return key
+      end
+      return nil
+    end
+    -- A backslash: the character after it is escaped (a quote among them).
+    from, escaped = stop + 2, true
+  end
+end
+
 local function owned(data, lockId)
   -- Explicit ownership check (ADR-003): a validated 22-character id, matched literally.
   return string.find(data, '"lockId":"' .. lockId .. '"', 1, true) ~= nil
@@ -100,13 +140,14 @@ end
 -- A live lock met by an acquire as `holder`: re-taken when that same holder took it (the lock
 -- id and fence kept, a fresh lease from now, the index's TTL renewed), else contended (another
 -- holder, or none). The data is decoded here only, on the contended path of a holder.
-local function reenter(lockKey, current, holder, ttl, px, key)
+-- held: the live lock's expiry, the reply when contended.
+local function reenter(lockKey, current, held, holder, ttl, px, key)
   local ok, data = pcall(cjson.decode, current)
   if not ok or type(data) ~= 'table' then
     return {-100, BADDATA}
   end
   if data.holder ~= holder then
-    return 0
+    return held
   end
   local lockId, fence = data.lockId, data.fence
   if type(lockId) ~= 'string' or #lockId ~= 22 or not string.match(lockId, '^[%w_-]+$')
@@ -128,9 +169,9 @@ local function acquire(lockKey, indexKey, fenceKey, lockId, ttl, px, key, holder
     end
     if held > dead then
       if holder then
-        return reenter(lockKey, current, holder, ttl, px, key)
+        return reenter(lockKey, current, held, holder, ttl, px, key)
       end
-      return 0
+      return held
     end
     -- The previous lock is dead: drop its reverse index if it still points here.
     local previous = string.match(current, '"lockId":"([%w_-]+)"')
@@ -180,11 +221,17 @@ local function find(lockKey, indexKey, lockId)
 end
 
 local function release(knownKey, indexKey, lockId)
-  local lockKey, reply = find(knownKey, indexKey, lockId)
+  local lockKey, current = find(knownKey, indexKey, lockId)
   if not lockKey then
-    return reply
+    return current -- the reply
   end
   redis.call('DEL', lockKey, indexKey)
+  if releaseChannel ~= '' then
+    local key = storedKey(current)
+    if key then
+      redis.pcall('PUBLISH', releaseChannel, key)
+    end
+  end
   return 1
 end
 
@@ -232,7 +279,7 @@ local function run(operation, ...)
 end
 
 local replies = {now}
-local k, a, n = 1, 3, 1
+local k, a, n = 1, 4, 1
 while a <= #ARGV do
   local op = ARGV[a]
   n = n + 1

@@ -1,0 +1,220 @@
+//! Waking this process's waiters when a lock is released: one subscriber connection per
+//! backend, opened the first time something waits, hands every key published on the release
+//! channel (`<prefix>:released`, by the batch script's release of a live lock) to the
+//! backend's [`ReleaseNotifier`].
+//!
+//! The subscription is a hint, never a condition: while the connection is down, or before its
+//! `SUBSCRIBE` took effect, releases go unheard and waiters poll. So every time it subscribes
+//! (the first time, and after each reconnect) the first waiter of every key tries its lock
+//! once, in case the release it waits for went by meanwhile. A lost connection is opened again
+//! after a pause that doubles (up to [`LONGEST_PAUSE`]) while the server stays out of reach; a
+//! connection that stays silent is checked with a `PING`, so that one a partition cut silently
+//! is noticed within [`CHECK_AFTER_SILENCE`] and the response timeout.
+
+use std::convert::Infallible;
+use std::future::poll_fn;
+use std::pin::Pin;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use ::redis::aio::{PubSubSink, PubSubStream};
+use ::redis::{Client, Value};
+use futures_core::Stream;
+use tokio::sync::oneshot;
+use tokio::time::{Instant, sleep, timeout};
+
+use super::config::NetConfig;
+use super::error::map_redis_error;
+use crate::LockError;
+use crate::backend::ReleaseNotifier;
+
+/// How long the subscriber connection may stay silent before a `PING` checks that it is alive.
+const CHECK_AFTER_SILENCE: Duration = Duration::from_secs(10);
+
+/// The pause before subscribing again after a connection was lost or could not be opened; it
+/// doubles (up to [`LONGEST_PAUSE`]) while that keeps happening.
+const FIRST_PAUSE: Duration = Duration::from_millis(100);
+
+/// The longest pause between attempts to subscribe.
+const LONGEST_PAUSE: Duration = Duration::from_secs(10);
+
+/// A connection that lasted this long worked: the pause after its loss starts again from
+/// [`FIRST_PAUSE`]. Shorter ones (a server that drops every connection at once) count as
+/// failures, so that they do not make a busy loop.
+const STEADY: Duration = Duration::from_secs(1);
+
+/// The release subscription of one backend (shared by its clones): the notifier its waiters
+/// queue on, and the task that feeds it. Dropped with the last clone of the backend, it stops
+/// the task, which closes its connection.
+pub(super) struct ReleaseSubscriber {
+    notifier: ReleaseNotifier,
+    channel: Box<str>,
+    net: NetConfig,
+    state: Mutex<State>,
+}
+
+struct State {
+    /// Where the subscriber connects; `None`: nowhere known, waiters poll.
+    client: Option<Client>,
+    /// The running task's stop signal: the task ends when this is dropped, and this is closed
+    /// when the task is gone (its runtime shut down), so that another one is started.
+    stop: Option<oneshot::Sender<Infallible>>,
+}
+
+/// What the subscribing task needs; nothing of it keeps the backend alive.
+struct Setup {
+    client: Client,
+    channel: Box<str>,
+    net: NetConfig,
+}
+
+impl ReleaseSubscriber {
+    /// A subscriber to `channel`, connecting with `client` (`None`: not before
+    /// [`set_client`](Self::set_client)) within the timeouts of `net`.
+    pub(super) fn new(channel: &str, client: Option<Client>, net: NetConfig) -> Self {
+        Self {
+            notifier: ReleaseNotifier::new(),
+            channel: channel.into(),
+            net,
+            state: Mutex::new(State { client, stop: None }),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Every critical section is a check and an assignment: nothing can poison it midway.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether the subscriber knows where to connect.
+    pub(super) fn has_client(&self) -> bool {
+        self.state().client.is_some()
+    }
+
+    /// Connects with `client` from now on: a running subscription stops, and the next waiter
+    /// starts another.
+    pub(super) fn set_client(&self, client: Client) {
+        let mut state = self.state();
+        state.client = Some(client);
+        state.stop = None;
+    }
+
+    /// The notifier, with the subscribing task started on the current runtime unless it runs
+    /// already; `None` without a client or outside a tokio runtime (waiters then poll).
+    pub(super) fn notifier(&self) -> Option<ReleaseNotifier> {
+        let mut state = self.state();
+        let client = state.client.as_ref()?;
+        if state.stop.as_ref().is_none_or(oneshot::Sender::is_closed) {
+            let runtime = tokio::runtime::Handle::try_current().ok()?;
+            let setup = Setup {
+                client: client.clone(),
+                channel: self.channel.clone(),
+                net: self.net,
+            };
+            let (stop, stopped) = oneshot::channel();
+            runtime.spawn(subscribe(setup, self.notifier.clone(), stopped));
+            state.stop = Some(stop);
+        }
+        Some(self.notifier.clone())
+    }
+}
+
+/// The subscribing task: stays subscribed until `stop` is dropped. Its connection closes with
+/// it (dropping a redis-rs `PubSubStream` ends the task that drives the connection).
+async fn subscribe(setup: Setup, notifier: ReleaseNotifier, stop: oneshot::Receiver<Infallible>) {
+    tokio::select! {
+        _ = stop => {}
+        never = keep_subscribed(&setup, &notifier) => match never {},
+    }
+}
+
+/// Subscribes, relays what it hears, and subscribes again when the connection fails.
+async fn keep_subscribed(setup: &Setup, notifier: &ReleaseNotifier) -> Infallible {
+    let mut pause = FIRST_PAUSE;
+    let mut failures: u32 = 0;
+    loop {
+        match open(setup).await {
+            Ok((mut sink, mut stream)) => {
+                if failures > 0 {
+                    tracing::info!("syncguard: subscribed to Redis lock releases again");
+                }
+                failures = 0;
+                let opened = Instant::now();
+                // Releases before the SUBSCRIBE took effect went unheard.
+                notifier.missed_releases();
+                let error = relay(&mut sink, &mut stream, notifier, setup).await;
+                tracing::debug!(%error, "syncguard: the Redis release subscription was lost; subscribing again");
+                if opened.elapsed() >= STEADY {
+                    pause = FIRST_PAUSE;
+                }
+            }
+            Err(error) => {
+                failures = failures.saturating_add(1);
+                if failures == 1 {
+                    tracing::warn!(%error, "syncguard: cannot subscribe to Redis lock releases; waiters poll until it can");
+                } else {
+                    tracing::debug!(%error, failures, "syncguard: still cannot subscribe to Redis lock releases");
+                }
+            }
+        }
+        sleep(pause).await;
+        pause = pause.saturating_mul(2).min(LONGEST_PAUSE);
+    }
+}
+
+/// Opens a connection (as the backend's own: address, credentials, TLS) and subscribes to the
+/// release channel, within the connection and response timeouts.
+async fn open(setup: &Setup) -> Result<(PubSubSink, PubSubStream), LockError> {
+    let pubsub = timeout(
+        setup.net.connection_timeout,
+        setup.client.get_async_pubsub(),
+    )
+    .await
+    .map_err(|_| {
+        LockError::network_timeout("the Redis subscriber connection was not opened in time")
+    })?
+    .map_err(map_redis_error)?;
+    let (mut sink, stream) = pubsub.split();
+    timeout(setup.net.response_timeout, sink.subscribe(&*setup.channel))
+        .await
+        .map_err(|_| LockError::network_timeout("Redis did not confirm SUBSCRIBE in time"))?
+        .map_err(map_redis_error)?;
+    Ok((sink, stream))
+}
+
+/// Hands every published key to `notifier` until the connection fails; returns why it stopped.
+async fn relay(
+    sink: &mut PubSubSink,
+    stream: &mut PubSubStream,
+    notifier: &ReleaseNotifier,
+    setup: &Setup,
+) -> LockError {
+    loop {
+        // Both branches are cancel-safe: the stream is a channel of whole messages.
+        let next = poll_fn(|cx| Pin::new(&mut *stream).poll_next(cx));
+        tokio::select! {
+            message = next => match message {
+                Some(message) => match std::str::from_utf8(message.get_payload_bytes()) {
+                    Ok(key) => notifier.released(key),
+                    // Not a key of ours (keys are text): somebody else publishes here.
+                    Err(_) => tracing::debug!(channel = %setup.channel, "syncguard: ignored a message that is not a lock key"),
+                },
+                None => {
+                    return LockError::service_unavailable(
+                        "the Redis subscriber connection closed",
+                    );
+                }
+            },
+            () = sleep(CHECK_AFTER_SILENCE) => {
+                match timeout(setup.net.response_timeout, sink.ping::<Value>()).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(error)) => return map_redis_error(error),
+                    Err(_) => {
+                        return LockError::network_timeout(
+                            "the Redis subscriber connection did not answer a PING in time",
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
