@@ -4,13 +4,11 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::mpsc;
 use std::time::Duration;
 
 use http::StatusCode;
+use support::process::{ServerProcess, failed_start};
 use support::{FlakyBackend, TestServer};
 use syncguard::MemoryBackend;
 use syncguard::backend::{
@@ -21,110 +19,32 @@ use syncguard::{LockError, LockId};
 use syncguard_server::{Auth, StartupError, router, serve};
 use tokio::net::TcpListener;
 
-/// The binary, with only the given environment.
-fn server_command(env: &[(&str, &str)], args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_syncguard-server"));
-    command
-        .env_clear()
-        .env("RUST_LOG", "info")
-        .envs(env.iter().copied())
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    command
-}
-
-/// The lines the child prints on stdout, as they come.
-fn lines(child: &mut Child) -> mpsc::Receiver<String> {
-    let stdout = child.stdout.take().unwrap();
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if sender.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    receiver
-}
-
-fn wait_for_line(lines: &mpsc::Receiver<String>, needle: &str) -> String {
-    loop {
-        let line = lines
-            .recv_timeout(Duration::from_secs(20))
-            .unwrap_or_else(|_| panic!("no line with `{needle}` within 20 s"));
-        if line.contains(needle) {
-            return line;
-        }
-    }
-}
-
-fn wait_with_timeout(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the server did not exit within {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[tokio::test]
 async fn the_binary_serves_and_stops_on_sigterm() {
-    let mut child = server_command(
-        &[("AUTHENTICATION_DISABLED", "true")],
-        &["--address", "127.0.0.1", "--port", "0"],
-    )
-    .spawn()
-    .unwrap();
-    let lines = lines(&mut child);
-    let listening = wait_for_line(&lines, "syncguard-server listening");
+    let server = ServerProcess::start_with_env("process", &[("RUST_LOG", "info")]);
+    let listening = server.startup_line("syncguard-server listening");
     assert!(
         listening.contains("backend=\"memory\""),
         "memory by default: {listening}"
     );
-    let port: u16 = listening
-        .split("127.0.0.1:")
-        .nth(1)
-        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|port| port.parse().ok())
-        .unwrap_or_else(|| panic!("a port in {listening}"));
 
-    let client = TestServer::client_for(([127, 0, 0, 1], port).into());
+    let client = TestServer::client_for(server.address);
     let reply = client.acquire("process", "binary", "abc", 30).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert_eq!(reply.fence().as_deref(), Some("000000000000001"));
-    wait_for_line(&lines, "lock_service_outcome=\"ACQUIRED\"");
+    server.wait_for("lock_service_outcome=\"ACQUIRED\"");
 
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    wait_for_line(&lines, "SIGTERM received");
-    let status = wait_with_timeout(&mut child, Duration::from_secs(10));
-    assert!(status.success(), "{status}");
+    server.terminate();
+    server.wait_for("SIGTERM received");
+    server.exits_cleanly(Duration::from_secs(10));
 }
 
 #[test]
 fn the_binary_refuses_an_unknown_backend() {
-    let output = server_command(
-        &[("AUTHENTICATION_DISABLED", "true")],
-        &[
-            "--port",
-            "0",
-            "--backend-url",
-            "mysql://app:hunter2@db/locks",
-        ],
-    )
-    .output()
-    .unwrap();
-    assert!(!output.status.success());
+    let output = failed_start(
+        &[("RUST_LOG", "info")],
+        &["--backend-url", "mysql://app:hunter2@db/locks"],
+    );
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("names no known backend"), "{stderr}");
     assert!(
@@ -135,16 +55,13 @@ fn the_binary_refuses_an_unknown_backend() {
 
 #[test]
 fn the_binary_says_why_a_backend_cannot_be_used() {
-    let output = server_command(
+    let output = failed_start(
         &[
-            ("AUTHENTICATION_DISABLED", "true"),
+            ("RUST_LOG", "info"),
             ("SYNCGUARD_BACKEND_URL", "postgres://app@127.0.0.1:9/locks"),
         ],
-        &["--port", "0"],
-    )
-    .output()
-    .unwrap();
-    assert!(!output.status.success());
+        &[],
+    );
     let stderr = String::from_utf8_lossy(&output.stderr);
     if cfg!(feature = "postgres") {
         assert!(
@@ -161,10 +78,10 @@ fn the_binary_says_why_a_backend_cannot_be_used() {
 
 #[test]
 fn the_binary_refuses_a_bad_setting() {
-    let output = server_command(&[("AUTHENTICATION_DISABLED", "maybe")], &["--port", "0"])
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
+    let output = failed_start(
+        &[("RUST_LOG", "info"), ("AUTHENTICATION_DISABLED", "maybe")],
+        &[],
+    );
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("maybe"), "{stderr}");
 }

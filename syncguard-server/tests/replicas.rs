@@ -28,8 +28,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use http::StatusCode;
-use replica::{ServerProcess, postgres_url, redis_url, unique_name};
+use replica::{postgres_url, redis_url, unique_name};
 use serde_json::json;
+use support::process::ServerProcess;
 use support::{Reply, TestServer};
 
 /// The shared backend of a test.

@@ -1,7 +1,9 @@
 //! What the HTTP tests share: a server on loopback, a small HTTP client, a backend that fails
-//! on demand.
+//! on demand; and ([`process`]) the built binary run as a process.
 
 #![allow(dead_code, unreachable_pub)] // Each test binary uses a part.
+
+pub mod process;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
