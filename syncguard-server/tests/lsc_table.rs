@@ -5,26 +5,20 @@
 //! Needs the test PostgreSQL: `bash scripts/with-services.sh cargo test -p syncguard-server
 //! --all-features --test lsc_table` (a test fails, saying so, when it is missing).
 
+#[path = "support/replica.rs"]
+mod replica;
 mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::StatusCode;
+use replica::postgres_url;
 use serde_json::json;
 use sqlx::{AssertSqlSafe, PgPool};
 use support::{TestServer, now_seconds};
 use syncguard::backend::{AcquireOutcome, LockBackend};
 use syncguard_server::{Auth, BackendSettings, LscTableBackend, open_backend};
-
-fn postgres_url() -> String {
-    std::env::var("SYNCGUARD_TEST_POSTGRES_URL").unwrap_or_else(|_| {
-        panic!(
-            "SYNCGUARD_TEST_POSTGRES_URL is not set: run `bash scripts/test-all.sh`, which \
-             installs PostgreSQL and starts it, or `bash scripts/with-services.sh cargo test ...`"
-        )
-    })
-}
 
 /// A table name no other test (or run) uses.
 fn fresh_table(tag: &str) -> String {

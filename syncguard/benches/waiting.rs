@@ -7,8 +7,11 @@
 //! bash scripts/with-services.sh cargo bench -p syncguard --all-features --bench waiting
 //! ```
 //!
-//! Each row gives the successful acquisitions per second; the handoff latency (from the moment
-//! a holder calls release to the moment the next holder's `acquire` returns) at p50 and p99;
+//! Each waiter takes the lock, holds it, releases it and at once asks for it again (the
+//! adversarial hot key: the releaser is the quickest to ask). Each row gives the successful
+//! acquisitions per second; the share of them the waiter that had just released took again
+//! (no handoff); the handoff latency to another waiter (from the moment a holder calls release
+//! to the moment the next holder's `acquire` returns) at p50 and p99;
 //! the backend operations (acquire, release, extend calls, counted by a decorator) per
 //! successful acquisition; on Redis, the server's CPU time per acquisition (`INFO cpu`); the
 //! longest time any waiter waited for the lock (a wait that ended in a timeout counts, and
@@ -145,6 +148,7 @@ async fn redis_cpu(url: &str) -> f64 {
 /// What one row measured.
 struct Row {
     acquisitions: u64,
+    regained: u64,
     handoffs_us: Vec<u32>,
     operations: u64,
     server_cpu: Option<f64>,
@@ -156,8 +160,11 @@ struct Row {
 /// Everything the waiters of one row share.
 #[derive(Default)]
 struct Shared {
-    /// When the current holder called release (taken by the next holder).
-    released_at: Mutex<Option<Instant>>,
+    /// When the current holder called release, and which waiter it was (taken by the next
+    /// holder).
+    released_at: Mutex<Option<(Instant, usize)>>,
+    /// Acquisitions by the waiter that had just released (no handoff to another waiter).
+    regained: AtomicU64,
     handoffs_us: Mutex<Vec<u32>>,
     acquisitions: AtomicU64,
     longest_wait_us: AtomicU64,
@@ -224,17 +231,23 @@ async fn row(
                             if counted {
                                 shared.acquisitions.fetch_add(1, Ordering::Relaxed);
                                 shared.waited(ended - began);
-                                if let Some(released_at) = released_at {
-                                    let handoff = (ended - released_at).as_micros();
-                                    shared
-                                        .handoffs_us
-                                        .lock()
-                                        .unwrap()
-                                        .push(u32::try_from(handoff).unwrap_or(u32::MAX));
+                                match released_at {
+                                    Some((_, by)) if by == waiter => {
+                                        shared.regained.fetch_add(1, Ordering::Relaxed);
+                                    }
+                                    Some((released_at, _)) => {
+                                        let handoff = (ended - released_at).as_micros();
+                                        shared
+                                            .handoffs_us
+                                            .lock()
+                                            .unwrap()
+                                            .push(u32::try_from(handoff).unwrap_or(u32::MAX));
+                                    }
+                                    None => {}
                                 }
                             }
                             tokio::time::sleep(hold).await;
-                            *shared.released_at.lock().unwrap() = Some(Instant::now());
+                            *shared.released_at.lock().unwrap() = Some((Instant::now(), waiter));
                             guard.release().await.expect("release");
                         }
                         Err(error) if error.is_contended() => {
@@ -272,6 +285,7 @@ async fn row(
     handoffs_us.sort_unstable();
     Row {
         acquisitions: shared.acquisitions.load(Ordering::Relaxed),
+        regained: shared.regained.load(Ordering::Relaxed),
         handoffs_us,
         operations,
         server_cpu,
@@ -309,9 +323,9 @@ async fn bench_backend(name: &str, backend: Arc<dyn LockBackend>, redis_url: Opt
     let round_trip = round_trip_us(&backend).await;
     println!("\n{name}: round trip (uncontended acquire) p50 {round_trip} µs\n");
     println!(
-        "| policy | waiters | hold | acquisitions/s | handoff p50 | handoff p99 | ops/acq | server µs/acq | longest wait | timeouts |"
+        "| policy | waiters | hold | acquisitions/s | regained | handoff p50 | handoff p99 | ops/acq | server µs/acq | longest wait | timeouts |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for waiters in WAITERS {
         for hold in HOLDS {
             for notified in [false, true] {
@@ -322,10 +336,11 @@ async fn bench_backend(name: &str, backend: Arc<dyn LockBackend>, redis_url: Opt
                     |cpu| format!("{:.0}", per_acq(cpu * 1e6)),
                 );
                 println!(
-                    "| {} | {waiters} | {} ms | {:.0} | {:.2} ms | {:.2} ms | {:.1} | {server} | {:.2} s | {} |",
+                    "| {} | {waiters} | {} ms | {:.0} | {:.0} % | {:.2} ms | {:.2} ms | {:.1} | {server} | {:.2} s | {} |",
                     if notified { "notified" } else { "polling" },
                     hold.as_millis(),
                     row.acquisitions as f64 / row.measured.as_secs_f64(),
+                    per_acq(row.regained as f64) * 100.0,
                     f64::from(percentile(&row.handoffs_us, 0.5)) / 1000.0,
                     f64::from(percentile(&row.handoffs_us, 0.99)) / 1000.0,
                     per_acq(row.operations as f64),

@@ -1,7 +1,7 @@
-//! What the replica tests add to `support::process`: where the test PostgreSQL and Redis
-//! are, and names no earlier run used.
+//! Where the test PostgreSQL and Redis are, and names no earlier run used (for the tests on
+//! those servers: `replicas`, `lsc_table`).
 
-#![allow(unreachable_pub)] // `pub` as in `support`, though only `replicas` includes it.
+#![allow(dead_code, unreachable_pub)] // Each test binary that includes it uses a part.
 
 fn exported(name: &str, install: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {
