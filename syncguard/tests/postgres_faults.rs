@@ -1,8 +1,8 @@
 //! The PostgreSQL backend when things go wrong: a server that refuses connections, a network
 //! partition, connections cut or terminated under the pool, many callers on a small pool,
-//! and a fence counter damaged by hand. Against the real server `bash scripts/test-all.sh`
-//! starts (`SYNCGUARD_TEST_POSTGRES_URL`), through a TCP proxy of the test's own where the
-//! network must fail.
+//! a fence counter damaged by hand, and the waiters' listening connection cut off. Against
+//! the real server `bash scripts/test-all.sh` starts (`SYNCGUARD_TEST_POSTGRES_URL`), through
+//! a TCP proxy of the test's own where the network must fail.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -326,4 +326,103 @@ async fn a_damaged_fence_counter_fails_the_acquire_and_stores_nothing() {
         .expect("a sound key is acquired");
     assert_eq!(lease.fence.get(), 1);
     assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+}
+
+/// The listening connection of the waiters cut off by a partition (cut, and new connections
+/// held): a release in the meantime goes unheard, and the waiter gets the lock as soon as
+/// the listener is back (it tries the releases it may have missed), not at its 30 s poll;
+/// then releases wake waiters at once again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_listener_cut_off_comes_back_and_catches_up_on_missed_releases() {
+    let proxy = Proxy::start(&server_addr()).await;
+    let application = format!("sg-listen-{}", free_port());
+    let url = url_at(proxy.addr());
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let config = PostgresConfig::new()
+        .with_acquire_timeout(Duration::from_millis(500))
+        .with_operation_timeout(Duration::from_millis(500))
+        .with_connect_timeout(Duration::from_millis(500));
+    let backend = backend_on(
+        &format!("{url}{separator}application_name={application}"),
+        4,
+        config,
+    )
+    .await;
+    // Shares the tables, not the network: it releases during the partition.
+    let direct = backend_on(&postgres_url(), 2, PostgresConfig::new()).await;
+    let mut admin = PgConnection::connect(&postgres_url()).await.unwrap();
+    let listener_pids = async |admin: &mut PgConnection| -> Vec<i32> {
+        sqlx::query_scalar("SELECT pid FROM pg_stat_activity WHERE application_name = $1")
+            .bind(format!("{application} (syncguard listener)"))
+            .fetch_all(admin)
+            .await
+            .unwrap()
+    };
+    let options = LockOptions::builder()
+        .ttl(Duration::from_secs(30))
+        .retry(
+            syncguard::RetryPolicy::wait_for(Duration::from_secs(120))
+                .with_backoff(syncguard::Backoff::Fixed)
+                .with_jitter(syncguard::Jitter::None)
+                .with_base_delay(Duration::from_secs(30)),
+        )
+        .build()
+        .unwrap();
+    let spawn_waiter = |key: &str| {
+        let (backend, key, options) = (backend.clone(), key.to_owned(), options.clone());
+        tokio::spawn(async move { syncguard::acquire(&backend, &key, &options).await })
+    };
+
+    let key = key("listener-partition");
+    let holder = direct
+        .acquire(&key, Duration::from_secs(60))
+        .await
+        .unwrap()
+        .lease()
+        .unwrap();
+    let waiter = spawn_waiter(&key);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let first = loop {
+        if let [pid] = listener_pids(&mut admin).await[..] {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the waiter's backend listens");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    proxy.stall();
+    proxy.cut();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(direct.release(&holder.lock_id).await.unwrap().is_released());
+    // Reconnects fail meanwhile (each within the connect timeout), at growing intervals.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!waiter.is_finished(), "nothing heard during the partition");
+    let healed = Instant::now();
+    proxy.resume();
+    let guard = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the missed release is caught up when the listener is back, not at the poll")
+        .unwrap()
+        .expect("the waiter takes the lock");
+    println!(
+        "lock taken {:?} after the partition healed",
+        healed.elapsed()
+    );
+    let second = listener_pids(&mut admin).await;
+    assert_eq!(second.len(), 1, "one listening connection: {second:?}");
+    assert_ne!(second[0], first, "another connection");
+
+    // Prompt again.
+    let waiter = spawn_waiter(&key);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("woken by the release")
+        .unwrap()
+        .unwrap();
+    println!("hand-over after the partition: {:?}", released.elapsed());
+    guard.release().await.unwrap();
 }

@@ -26,7 +26,7 @@ pub use outcome::{
     AcquireOutcome, Capabilities, Contention, ExtendOutcome, Lease, Lookup, NotHeldReason,
     ReleaseOutcome, TimeAuthority,
 };
-pub use wake::{ReleaseNotifier, ReleaseWatch, Wake};
+pub use wake::{ReleaseNotifier, ReleaseSubscription, ReleaseWatch, Wake};
 
 /// The future every [`LockBackend`] method returns: boxed, so that the trait stays usable as
 /// `Arc<dyn LockBackend>`.

@@ -50,7 +50,22 @@ struct Shared {
 #[derive(Default)]
 struct Queue {
     waiters: VecDeque<(u64, Arc<Slot>)>,
+    /// Subscribers that follow the key's releases without waiting for the lock: every one of
+    /// them hears of every release.
+    observers: Vec<(u64, Arc<Notify>)>,
     next_ticket: u64,
+}
+
+impl Queue {
+    fn is_empty(&self) -> bool {
+        self.waiters.is_empty() && self.observers.is_empty()
+    }
+
+    fn wake_observers(&self) {
+        for (_, observer) in &self.observers {
+            observer.notify_one();
+        }
+    }
 }
 
 /// One waiter's mailbox: what it was woken for, and the wake-up itself.
@@ -109,8 +124,11 @@ impl ReleaseNotifier {
         if self.shared.waiting.load(Ordering::Acquire) == 0 {
             return;
         }
-        if let Some((_, first)) = self.queues().get(key).and_then(|q| q.waiters.front()) {
-            first.post(Wake::Attempt);
+        if let Some(queue) = self.queues().get(key) {
+            if let Some((_, first)) = queue.waiters.front() {
+                first.post(Wake::Attempt);
+            }
+            queue.wake_observers();
         }
     }
 
@@ -121,6 +139,7 @@ impl ReleaseNotifier {
             if let Some((_, first)) = queue.waiters.front() {
                 first.post(Wake::Attempt);
             }
+            queue.wake_observers();
         }
     }
 
@@ -149,6 +168,26 @@ impl ReleaseNotifier {
         }
     }
 
+    /// Follows the releases of `key` without waiting for the lock (to watch who holds it, say):
+    /// every release announced for it wakes the [`ReleaseSubscription`], which takes no place
+    /// in the waiters' queue. Dropping it unsubscribes.
+    pub fn subscribe(&self, key: &str) -> ReleaseSubscription {
+        let notify = Arc::new(Notify::new());
+        let mut queues = self.queues();
+        let queue = queues.entry(key.to_owned()).or_default();
+        let ticket = queue.next_ticket;
+        queue.next_ticket += 1;
+        queue.observers.push((ticket, Arc::clone(&notify)));
+        self.shared.waiting.fetch_add(1, Ordering::AcqRel);
+        drop(queues);
+        ReleaseSubscription {
+            notifier: self.clone(),
+            key: key.to_owned(),
+            ticket,
+            notify,
+        }
+    }
+
     fn queues(&self) -> MutexGuard<'_, HashMap<String, Queue>> {
         lock(&self.shared.queues)
     }
@@ -165,12 +204,53 @@ impl ReleaseNotifier {
         };
         queue.waiters.remove(position);
         self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
-        if queue.waiters.is_empty() {
+        if queue.is_empty() {
             queues.remove(key);
         } else if position == 0
             && let Some((_, first)) = queue.waiters.front()
         {
             first.post(next);
+        }
+    }
+}
+
+/// A subscription to the releases of one key (see [`ReleaseNotifier::subscribe`]).
+pub struct ReleaseSubscription {
+    notifier: ReleaseNotifier,
+    key: String,
+    ticket: u64,
+    notify: Arc<Notify>,
+}
+
+impl std::fmt::Debug for ReleaseSubscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReleaseSubscription")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReleaseSubscription {
+    /// Waits for the next announced release of the key (or a reconnect after which releases
+    /// may have been missed). One that came while nobody waited is kept for the next call.
+    pub async fn released(&mut self) {
+        self.notify.notified().await;
+    }
+}
+
+impl Drop for ReleaseSubscription {
+    fn drop(&mut self) {
+        let mut queues = self.notifier.queues();
+        let Some(queue) = queues.get_mut(&self.key) else {
+            return;
+        };
+        let before = queue.observers.len();
+        queue.observers.retain(|(ticket, _)| *ticket != self.ticket);
+        if queue.observers.len() < before {
+            self.notifier.shared.waiting.fetch_sub(1, Ordering::AcqRel);
+        }
+        if queue.is_empty() {
+            queues.remove(&self.key);
         }
     }
 }
@@ -303,6 +383,32 @@ mod tests {
         assert_eq!(woken_soon(&mut a).await, Some(Wake::Attempt));
         drop(b);
         assert!(a.is_first());
+    }
+
+    #[tokio::test]
+    async fn subscribers_hear_every_release_and_take_no_turn() {
+        let notifier = ReleaseNotifier::new();
+        let mut a = notifier.subscribe("k");
+        let mut b = notifier.subscribe("k");
+        let mut waiter = notifier.watch("k");
+        assert!(
+            waiter.is_first(),
+            "subscribers are not in the waiters' queue"
+        );
+        notifier.released("k");
+        for subscriber in [&mut a, &mut b] {
+            tokio::time::timeout(Duration::from_millis(50), subscriber.released())
+                .await
+                .expect("every subscriber hears the release");
+        }
+        assert_eq!(woken_soon(&mut waiter).await, Some(Wake::Attempt));
+        notifier.missed_releases();
+        tokio::time::timeout(Duration::from_millis(50), a.released())
+            .await
+            .expect("and of missed releases");
+        drop((a, b, waiter));
+        assert!(!notifier.is_watched());
+        assert!(notifier.queues().is_empty());
     }
 
     #[test]

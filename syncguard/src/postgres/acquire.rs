@@ -92,7 +92,7 @@ impl PostgresBackend {
                             .bind(as_bigint(TIME_TOLERANCE_MS))
                             .fetch_optional(&mut *conn)
                             .await?;
-                        return Ok(Acquired::from_lookup(own));
+                        return Ok(Acquired::from_lookup(own, row));
                     }
                     Ok(Acquired::Row(row))
                 })
@@ -101,11 +101,11 @@ impl PostgresBackend {
         match outcome {
             // A retry found another holder: the first run may still land, so the acquire stays
             // in doubt (released in the background when `in_doubt` drops).
-            Ok(Acquired::HeldByAnother) => Ok(AcquireOutcome::contended(None)),
+            Ok(Acquired::HeldByAnother(refusal)) => holder_expiry(&refusal),
             Ok(Acquired::Row(row)) => {
                 in_doubt.settle();
                 if !row.try_get::<bool, _>(0).map_err(decode_error)? {
-                    return Ok(AcquireOutcome::contended(None));
+                    return holder_expiry(&row);
                 }
                 // This call's lock id, or the re-entered lock's.
                 let held: String = row.try_get(3).map_err(decode_error)?;
@@ -138,12 +138,24 @@ enum Acquired {
     Row(PgRow),
     /// A retried plain acquire found the lock its first run took (a lookup row).
     OwnLock(PgRow),
-    /// A retried plain acquire found another holder.
-    HeldByAnother,
+    /// A retried plain acquire found another holder (the refusing row of the acquire function).
+    HeldByAnother(PgRow),
 }
 
 impl Acquired {
-    fn from_lookup(row: Option<PgRow>) -> Self {
-        row.map_or(Self::HeldByAnother, Self::OwnLock)
+    fn from_lookup(own: Option<PgRow>, refusal: PgRow) -> Self {
+        match own {
+            Some(own) => Self::OwnLock(own),
+            None => Self::HeldByAnother(refusal),
+        }
     }
+}
+
+/// A refusal, with the live holder's expiry that the acquire function read under its row lock
+/// (the `expires_at_ms` column of a refusing row): a waiter tries again when that lease ends.
+fn holder_expiry(refusal: &PgRow) -> Result<AcquireOutcome, LockError> {
+    let expires_at_ms: Option<i64> = refusal.try_get(1).map_err(decode_error)?;
+    // Never negative in a live lock; a row damaged by hand is just not reported.
+    let expires_at_ms = expires_at_ms.and_then(|ms| u64::try_from(ms).ok());
+    Ok(AcquireOutcome::contended(expires_at_ms))
 }

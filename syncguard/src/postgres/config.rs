@@ -6,10 +6,10 @@ use crate::LockError;
 
 /// Table names and behaviour of a [`PostgresBackend`](super::PostgresBackend).
 ///
-/// Names are validated when the backend is built: each must be a plain SQL identifier
-/// (`[A-Za-z_][A-Za-z0-9_]*`), the lock table at most 40 bytes (its name prefixes the names of
-/// the indexes and functions the backend installs), the others at most 63, and the two tables
-/// must differ. Anything else, injection attempts included, is
+/// Names (the release channel's included) are validated when the backend is built: each must
+/// be a plain SQL identifier (`[A-Za-z_][A-Za-z0-9_]*`), the lock table at most 40 bytes (its
+/// name prefixes the names of the indexes and functions the backend installs), the others at
+/// most 63, and the two tables must differ. Anything else, injection attempts included, is
 /// [`LockError::InvalidArgument`].
 ///
 /// # Default
@@ -19,6 +19,8 @@ use crate::LockError;
 /// | [`fence_table`](Self::with_fence_table) | `syncguard_fence_counters` |
 /// | [`schema`](Self::with_schema) | none: the connection's `search_path` decides |
 /// | [`cleanup_in_is_locked`](Self::with_cleanup_in_is_locked) | `false` |
+/// | [`release_notifications`](Self::with_release_notifications) | `true` |
+/// | [`release_channel`](Self::with_release_channel) | `<lock table>_released`, prefixed with `<schema>_` when a schema is set and the name fits in 63 bytes |
 /// | [`connect_timeout`](Self::with_connect_timeout) | 2 s |
 /// | [`acquire_timeout`](Self::with_acquire_timeout) | 2 s |
 /// | [`operation_timeout`](Self::with_operation_timeout) | 1 s |
@@ -44,6 +46,8 @@ pub struct PostgresConfig {
     fence_table: String,
     schema: Option<String>,
     cleanup_in_is_locked: bool,
+    release_notifications: bool,
+    release_channel: Option<String>,
     connect_timeout: Duration,
     acquire_timeout: Duration,
     operation_timeout: Duration,
@@ -68,6 +72,8 @@ impl PostgresConfig {
             fence_table: "syncguard_fence_counters".to_owned(),
             schema: None,
             cleanup_in_is_locked: false,
+            release_notifications: true,
+            release_channel: None,
             connect_timeout: Duration::from_secs(2),
             acquire_timeout: Duration::from_secs(2),
             operation_timeout: Duration::from_secs(1),
@@ -104,10 +110,36 @@ impl PostgresConfig {
         self
     }
 
+    /// Whether releases are announced and waiters listen for them (on by default; see
+    /// [waiting](super#waiting)). On, a release that deletes a live lock also runs
+    /// `pg_notify(<release channel>, <key>)`, and the backend opens one listening connection
+    /// once something waits, so that its waiters wake when the lock is released. Off, this
+    /// backend's releases notify nobody and it listens to nothing: its waiters poll, at the
+    /// retry policy's delays and at the holder's lease end. Turn it off where the NOTIFY's cost
+    /// matters (see [waiting](super#waiting)), or behind a connection proxy that cannot carry
+    /// `LISTEN` (transaction pooling).
+    #[must_use]
+    pub fn with_release_notifications(mut self, enabled: bool) -> Self {
+        self.release_notifications = enabled;
+        self
+    }
+
+    /// The channel releases are announced on (a plain SQL identifier of at most 63 bytes).
+    /// Every backend sharing the tables should use the same one: a release announced on a
+    /// channel nobody listens to wakes nobody, and waiters then poll. The default is derived
+    /// from the table names (see the table above); two configurations sharing a channel only
+    /// cost each other's waiters an attempt now and then, when a key of one is released while
+    /// the same key of the other is held.
+    #[must_use]
+    pub fn with_release_channel(mut self, name: impl Into<String>) -> Self {
+        self.release_channel = Some(name.into());
+        self
+    }
+
     /// How long opening a connection may take (TCP, TLS and authentication): the initial
     /// connection of [`PostgresBackendBuilder::build`](super::PostgresBackendBuilder::build)
-    /// (and [`PostgresBackend::connect`](super::PostgresBackend::connect)), and the fresh
-    /// connection an operation is retried on. A refused connection (no server on that
+    /// (and [`PostgresBackend::connect`](super::PostgresBackend::connect)), the fresh
+    /// connection an operation is retried on, and the waiters' listening connection. A refused connection (no server on that
     /// port) is reported at once as [`LockError::ServiceUnavailable`], not after this.
     #[must_use]
     pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
@@ -126,7 +158,7 @@ impl PostgresConfig {
 
     /// How long one statement may take once it has a connection; past it,
     /// [`LockError::NetworkTimeout`], and the connection is closed rather than reused (its
-    /// state is unknown).
+    /// state is unknown). It also bounds the listening connection's `LISTEN` and its checks.
     #[must_use]
     pub fn with_operation_timeout(mut self, timeout: Duration) -> Self {
         self.operation_timeout = timeout;
@@ -168,6 +200,34 @@ impl PostgresConfig {
         self.cleanup_in_is_locked
     }
 
+    /// Whether releases are announced and waiters listen for them.
+    pub fn release_notifications(&self) -> bool {
+        self.release_notifications
+    }
+
+    /// The channel releases are announced on: the one set, or the one derived from the table
+    /// names.
+    ///
+    /// ```
+    /// use syncguard::postgres::PostgresConfig;
+    ///
+    /// assert_eq!(PostgresConfig::new().release_channel(), "syncguard_locks_released");
+    /// let config = PostgresConfig::new().with_schema("billing").with_lock_table("locks");
+    /// assert_eq!(config.release_channel(), "billing_locks_released");
+    /// ```
+    pub fn release_channel(&self) -> String {
+        if let Some(channel) = &self.release_channel {
+            return channel.clone();
+        }
+        let unqualified = format!("{}_released", self.lock_table);
+        match &self.schema {
+            Some(schema) if schema.len() + 1 + unqualified.len() <= MAX_IDENTIFIER_LEN => {
+                format!("{schema}_{unqualified}")
+            }
+            _ => unqualified,
+        }
+    }
+
     /// Checks the names and the timeouts.
     ///
     /// # Errors
@@ -189,6 +249,9 @@ impl PostgresConfig {
         check_identifier("fence table", &self.fence_table, MAX_IDENTIFIER_LEN)?;
         if let Some(schema) = &self.schema {
             check_identifier("schema", schema, MAX_IDENTIFIER_LEN)?;
+        }
+        if let Some(channel) = &self.release_channel {
+            check_identifier("release channel", channel, MAX_IDENTIFIER_LEN)?;
         }
         if self.lock_table == self.fence_table {
             return Err(LockError::invalid_argument(
@@ -316,6 +379,12 @@ mod tests {
                     .is_err()
             );
             assert!(PostgresConfig::new().with_schema(bad).validate().is_err());
+            assert!(
+                PostgresConfig::new()
+                    .with_release_channel(bad)
+                    .validate()
+                    .is_err()
+            );
         }
         let long = "l".repeat(41);
         assert!(
@@ -349,6 +418,47 @@ mod tests {
             .with_acquire_timeout(Duration::MAX)
             .with_operation_timeout(Duration::MAX);
         assert!(patient.validate().is_ok());
+    }
+
+    #[test]
+    fn the_release_channel_is_derived_from_the_names_within_the_identifier_limit() {
+        let channel = |config: PostgresConfig| {
+            assert!(config.validate().is_ok());
+            config.release_channel()
+        };
+        assert_eq!(
+            channel(PostgresConfig::new().with_lock_table("Locks")),
+            "Locks_released"
+        );
+        assert_eq!(
+            channel(PostgresConfig::new().with_schema("s1")),
+            "s1_syncguard_locks_released"
+        );
+        // A schema that would take the name past 63 bytes is left out.
+        let long_table = "l".repeat(40);
+        let long = channel(
+            PostgresConfig::new()
+                .with_schema("s".repeat(63))
+                .with_lock_table(&long_table),
+        );
+        assert_eq!(long, format!("{long_table}_released"));
+        assert_eq!(
+            channel(PostgresConfig::new().with_release_channel("my_channel")),
+            "my_channel"
+        );
+        // Every derived name is a valid channel.
+        for config in [
+            PostgresConfig::new()
+                .with_schema("s".repeat(63))
+                .with_lock_table(&long_table),
+            PostgresConfig::new()
+                .with_schema("s".repeat(13))
+                .with_lock_table(&long_table),
+        ] {
+            let derived = config.release_channel();
+            assert!(derived.len() <= MAX_IDENTIFIER_LEN, "{derived}");
+            assert!(config.with_release_channel(derived).validate().is_ok());
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@ use super::session::boxed;
 use super::{CLEANUP_GUARD_MS, PostgresBackend, STORAGE_KEY_LIMIT_BYTES};
 use crate::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockInfo, Lookup,
-    NotHeldReason, ReleaseOutcome, TimeAuthority,
+    NotHeldReason, ReleaseNotifier, ReleaseOutcome, TimeAuthority,
 };
 use crate::key::{make_storage_key, normalize_key};
 use crate::time::{TIME_TOLERANCE_MS, ttl_millis};
@@ -222,6 +222,14 @@ impl LockBackend for PostgresBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::new("postgres", TimeAuthority::Server).with_holders()
+    }
+
+    /// Starts the listening connection the first time something waits (see
+    /// [waiting](super#waiting)); `None` when releases are not announced.
+    fn release_notifier(&self) -> Option<ReleaseNotifier> {
+        self.listener
+            .as_ref()?
+            .notifier(self.session.pool(), &self.inner.config)
     }
 }
 

@@ -63,7 +63,8 @@ CREATE TABLE IF NOT EXISTS {fences} (
 -- the reference's, so acquires by TypeScript services serialize with these. With a holder
 -- (p_holder, NULL for none), a live lock stored with the same holder is re-entered: a fresh
 -- lease (expires now + ttl, acquired now), the same lock id and fence. Returns the lock id
--- held: the new one, or the re-entered one. (Installations set up before holders also keep
+-- held: the new one, or the re-entered one; refused, it returns FALSE with the live holder's
+-- expires_at_ms (the waiter tries again when that lease ends). (Installations set up before holders also keep
 -- the seven-argument version of this function, which older syncguard versions call.)
 CREATE OR REPLACE FUNCTION {acquire}(
   p_key TEXT,

@@ -30,7 +30,8 @@ pub(super) struct Inner {
 }
 
 fn statement(sql: String) -> SqlStr {
-    // Only validated identifiers (PostgresConfig::validate) are interpolated; values are bound.
+    // Only validated identifiers (PostgresConfig::validate) are interpolated, the release
+    // channel among them (a string literal of identifier characters); values are bound.
     sqlx::SqlSafeStr::into_sql_str(AssertSqlSafe(Arc::<str>::from(sql)))
 }
 
@@ -43,6 +44,20 @@ impl Inner {
             ..
         } = Names::new(&config);
         let now = now_ms!();
+        // A live lock deleted is announced to the waiters (`listener.rs`): NOTIFY is
+        // transactional, so only a committed release is. The payload is the normalized key;
+        // PostgreSQL refuses payloads of 8000 bytes or more, which no key of ours reaches (512
+        // at most) but a row written by hand could: such a release is not announced rather than
+        // failed. The aggregate makes PostgreSQL call `pg_notify` once per deleted row.
+        let announce = if config.release_notifications() {
+            format!(
+                ", (SELECT count(pg_notify('{channel}', user_key)) FROM released \
+                 WHERE octet_length(user_key) < 8000) AS announced",
+                channel = config.release_channel()
+            )
+        } else {
+            String::new()
+        };
         let lookup = |column: &str| {
             statement(format!(
                 "SELECT user_key, lock_id, expires_at_ms, acquired_at_ms, fence, holder FROM {locks} \
@@ -61,8 +76,8 @@ impl Inner {
             // newest version, so a lock taken over in between is never deleted.
             release: statement(format!(
                 "WITH target AS (SELECT 1 FROM {locks} WHERE lock_id = $1), \
-                 released AS (DELETE FROM {locks} WHERE lock_id = $1 AND expires_at_ms > {now} - $2 RETURNING 1) \
-                 SELECT EXISTS (SELECT 1 FROM released) AS released, EXISTS (SELECT 1 FROM target) AS found"
+                 released AS (DELETE FROM {locks} WHERE lock_id = $1 AND expires_at_ms > {now} - $2 RETURNING user_key) \
+                 SELECT EXISTS (SELECT 1 FROM released) AS released, EXISTS (SELECT 1 FROM target) AS found{announce}"
             )),
             extend: statement(format!(
                 "WITH target AS (SELECT 1 FROM {locks} WHERE lock_id = $1), \
