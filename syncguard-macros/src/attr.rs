@@ -8,7 +8,7 @@ use syn::parse::{Parse, ParseStream};
 use syn::{Expr, Ident, LitBool, LitInt, LitStr, Path, Token};
 
 /// The names `#[locked]` accepts, for error messages.
-const KNOWN: &str = "key, ttl, backend, wait, retries, retry_delay, backoff, jitter, wake_on_release, heartbeat, max_hold, on_lost, show_key, guard, crate";
+const KNOWN: &str = "key, ttl, backend, wait, retries, retry_delay, backoff, jitter, wake_on_release, skip_if_held, heartbeat, max_hold, min_hold, on_lost, show_key, guard, crate";
 
 /// A duration written as text, checked at compile time.
 pub(crate) struct DurationArg {
@@ -20,6 +20,15 @@ pub(crate) struct DurationArg {
 pub(crate) enum Wait {
     For(DurationArg),
     Once(Span),
+}
+
+impl Wait {
+    fn span(&self) -> Span {
+        match self {
+            Self::For(wait) => wait.span,
+            Self::Once(span) => *span,
+        }
+    }
 }
 
 /// An identifier argument restricted to a few choices (`on_lost = cancel`).
@@ -42,9 +51,18 @@ pub(crate) struct Args {
     pub(crate) wake_on_release: Option<LitBool>,
     pub(crate) heartbeat: Option<LitBool>,
     pub(crate) max_hold: Option<DurationArg>,
+    pub(crate) min_hold: Option<DurationArg>,
+    pub(crate) skip_if_held: Option<LitBool>,
     pub(crate) on_lost: Option<Choice>,
     pub(crate) show_key: Option<LitBool>,
     pub(crate) guard: Option<Ident>,
+}
+
+impl Args {
+    /// Whether a held lock skips the run (`skip_if_held = true`).
+    pub(crate) fn skips_if_held(&self) -> bool {
+        self.skip_if_held.as_ref().is_some_and(|flag| flag.value)
+    }
 }
 
 impl Parse for Args {
@@ -116,6 +134,11 @@ impl Parse for Args {
                     set(&mut args.heartbeat, &name, input.parse()?)?;
                 }
                 "max_hold" => set(&mut args.max_hold, &name, duration(input, "max_hold")?)?,
+                "min_hold" => set(&mut args.min_hold, &name, duration(input, "min_hold")?)?,
+                "skip_if_held" => {
+                    quoted_flag(input, "skip_if_held", "`skip_if_held = true`")?;
+                    set(&mut args.skip_if_held, &name, input.parse()?)?;
+                }
                 "on_lost" => set(
                     &mut args.on_lost,
                     &name,
@@ -238,6 +261,35 @@ impl Args {
                 return Err(syn::Error::new(
                     max_hold.span,
                     "`max_hold` caps the heartbeat; it has no effect with `heartbeat = false`",
+                ));
+            }
+        }
+        if let Some(min_hold) = &self.min_hold
+            && (min_hold.value < Duration::from_millis(1)
+                || min_hold.value > Duration::from_secs(365 * 24 * 60 * 60))
+        {
+            return Err(syn::Error::new(
+                min_hold.span,
+                "`min_hold` must be between 1ms and 365 days",
+            ));
+        }
+        if self.skips_if_held() {
+            let waiting = [
+                self.wait.as_ref().map(|wait| ("wait", wait.span())),
+                self.retries.as_ref().map(|(_, span)| ("retries", *span)),
+                self.retry_delay.as_ref().map(|d| ("retry_delay", d.span)),
+                self.backoff.as_ref().map(|c| ("backoff", c.span)),
+                self.jitter.as_ref().map(|c| ("jitter", c.span)),
+                self.wake_on_release
+                    .as_ref()
+                    .map(|flag| ("wake_on_release", flag.span())),
+            ];
+            if let Some((name, span)) = waiting.into_iter().flatten().next() {
+                return Err(syn::Error::new(
+                    span,
+                    format!(
+                        "`{name}` has no effect with `skip_if_held = true` (a single attempt; a held lock skips the run)"
+                    ),
                 ));
             }
         }

@@ -51,6 +51,26 @@ pub(crate) fn expand(args: Args, item: ItemFn) -> syn::Result<TokenStream> {
             };
         },
     };
+    // One attempt that skips the run when the lock is held, or a wait as the options say.
+    let acquire = if args.skips_if_held() {
+        let skipped = quote_spanned!(ret_span=> <#ret as #support::SkippedResult>::skipped());
+        quote! {
+            let __syncguard_guard =
+                match #krate::try_acquire(__syncguard_backend, &__syncguard_key, &__syncguard_options).await {
+                    ::core::result::Result::Ok(::core::option::Option::Some(guard)) => guard,
+                    ::core::result::Result::Ok(::core::option::Option::None) => return #skipped,
+                    ::core::result::Result::Err(error) => return #from_lock_error(error),
+                };
+        }
+    } else {
+        quote! {
+            let __syncguard_guard =
+                match #krate::acquire(__syncguard_backend, &__syncguard_key, &__syncguard_options).await {
+                    ::core::result::Result::Ok(guard) => guard,
+                    ::core::result::Result::Err(error) => return #from_lock_error(error),
+                };
+        }
+    };
     let guard_binding = args
         .guard
         .as_ref()
@@ -83,11 +103,7 @@ pub(crate) fn expand(args: Args, item: ItemFn) -> syn::Result<TokenStream> {
                 ::core::result::Result::Err(error) => return #from_lock_error(error),
             };
             #backend
-            let __syncguard_guard =
-                match #krate::acquire(__syncguard_backend, &__syncguard_key, &__syncguard_options).await {
-                    ::core::result::Result::Ok(guard) => guard,
-                    ::core::result::Result::Err(error) => return #from_lock_error(error),
-                };
+            #acquire
             let __syncguard_result = {
                 #guard_binding
                 let __syncguard_body = async move {
@@ -118,6 +134,10 @@ fn options(args: &Args, krate: &TokenStream) -> TokenStream {
         let d = duration(d);
         quote!(.max_hold(#d))
     });
+    let min_hold = args.min_hold.as_ref().map(|d| {
+        let d = duration(d);
+        quote!(.min_hold(#d))
+    });
     let on_lost = args.on_lost.as_ref().map(|choice| {
         let variant = match choice.value.as_str() {
             "notify" => quote_spanned!(choice.span=> Notify),
@@ -132,6 +152,7 @@ fn options(args: &Args, krate: &TokenStream) -> TokenStream {
             #retry
             #heartbeat
             #max_hold
+            #min_hold
             #on_lost
             #show_key
             .build()

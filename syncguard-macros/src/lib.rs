@@ -53,6 +53,8 @@ use proc_macro::TokenStream;
 /// | `jitter = equal \| full \| none` | randomness mixed into delays | `equal` |
 /// | `wake_on_release = false` | poll at the delays alone, instead of also waking when the lock is released (`RetryPolicy::with_wake_on_release`) | on |
 /// | `heartbeat = false` | do not extend the lock while the body runs | on |
+/// | `skip_if_held = true` | one attempt; a held lock skips the run, which returns `Ok(())` (for `Result<(), E>`) or `Ok(None)` (for `Result<Option<T>, E>`): for schedulers | off: wait |
+/// | `min_hold = "5m"` | keep the lock at least this long after taking it, even if the body finishes sooner (`LockOptionsBuilder::min_hold`) | none |
 /// | `max_hold = "10m"` | stop extending after this long (the lock then lapses and counts as lost) | none |
 /// | `on_lost = cancel \| notify` | on loss, drop the body and return the lost-lock error, or let it run on | `cancel` |
 /// | `show_key = true` | errors, logs and the hold's span show the raw key, not only its hash | off |

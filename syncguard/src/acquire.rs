@@ -335,6 +335,7 @@ impl<'o> Acquisition<'o> {
             fence: lease.fence,
             ttl: options.ttl(),
             max_hold: options.max_hold(),
+            min_hold: options.min_hold(),
             expires_at_ms: lease.expires_at_ms,
             sent_at: sent.instant,
             sent_wall_ms: sent.wall_ms,

@@ -5,7 +5,8 @@
 //! [`LockGuard::release_logged`](crate::LockGuard::release_logged), as anyone can. It needs
 //! two things more, both traits with a blanket implementation: one turns a [`LockError`] into
 //! the function's own error type, the other finds the backend behind the expression given as
-//! `backend = ...`. They are public, and documented, so that a compile error about a misused
+//! `backend = ...`; and, for `skip_if_held = true`, a third that gives a skipped run's result
+//! ([`try_acquire`](crate::try_acquire) found the lock held). They are public, and documented, so that a compile error about a misused
 //! `#[locked]` names them plainly.
 
 use crate::LockError;
@@ -45,5 +46,30 @@ pub trait BackendArg {
 impl<B: LockBackend + Clone + 'static> BackendArg for B {
     fn as_lock_backend(&self) -> &Self {
         self
+    }
+}
+
+/// The return types of a `#[locked(skip_if_held = true)]` function, and what a run skipped
+/// because the lock was held returns: `Ok(())` for `Result<(), E>`, `Ok(None)` for
+/// `Result<Option<T>, E>`. Skipping is a normal outcome, not an error.
+#[diagnostic::on_unimplemented(
+    message = "`#[locked(skip_if_held = true)]` functions must return `Result<(), E>` or `Result<Option<T>, E>`, not `{Self}`",
+    label = "a skipped run has no value of this type to return",
+    note = "a run skipped because the lock is held returns `Ok(())` or `Ok(None)`"
+)]
+pub trait SkippedResult {
+    /// The result of a skipped run.
+    fn skipped() -> Self;
+}
+
+impl<E> SkippedResult for Result<(), E> {
+    fn skipped() -> Self {
+        Ok(())
+    }
+}
+
+impl<T, E> SkippedResult for Result<Option<T>, E> {
+    fn skipped() -> Self {
+        Ok(None)
     }
 }

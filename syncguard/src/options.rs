@@ -36,6 +36,7 @@ pub enum OnLost {
 /// | [`retry`](LockOptionsBuilder::retry) | [`RetryPolicy::new`]: 10 retries, 100 ms exponential with equal jitter, 5 s timeout |
 /// | [`heartbeat`](LockOptionsBuilder::heartbeat) | on: extends every third of the ttl |
 /// | [`max_hold`](LockOptionsBuilder::max_hold) | none: extends for as long as the guard lives |
+/// | [`min_hold`](LockOptionsBuilder::min_hold) | none: a release frees the key at once |
 /// | [`on_lost`](LockOptionsBuilder::on_lost) | [`OnLost::Cancel`] |
 /// | [`show_key`](LockOptionsBuilder::show_key) | off: errors, logs and spans show the key's hash only |
 ///
@@ -61,6 +62,7 @@ pub struct LockOptions {
     retry: RetryPolicy,
     heartbeat: bool,
     max_hold: Option<Duration>,
+    min_hold: Option<Duration>,
     on_lost: OnLost,
     show_key: bool,
 }
@@ -72,6 +74,7 @@ impl Default for LockOptions {
             retry: RetryPolicy::new(),
             heartbeat: true,
             max_hold: None,
+            min_hold: None,
             on_lost: OnLost::Cancel,
             show_key: false,
         }
@@ -120,6 +123,12 @@ impl LockOptions {
     /// The cap on the total hold time, if any.
     pub fn max_hold(&self) -> Option<Duration> {
         self.max_hold
+    }
+
+    /// How long the lock is kept at least, counted from its acquisition, even when released
+    /// earlier, if set.
+    pub fn min_hold(&self) -> Option<Duration> {
+        self.min_hold
     }
 
     /// What a loss does to the work.
@@ -172,6 +181,25 @@ impl LockOptionsBuilder {
         self
     }
 
+    /// Keep the lock at least this long after it was taken, even when the work finishes (and
+    /// releases) earlier: a release before then leaves the lock to expire at that time instead
+    /// of freeing the key at once (ShedLock's `lockAtLeastFor`). For scheduled jobs: replicas
+    /// whose clocks disagree by less than this do not run the same firing twice. The release
+    /// still reports `true`, and nothing is reported lost. 1 ms to 365 days.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use syncguard::LockOptions;
+    ///
+    /// let nightly = LockOptions::builder().min_hold(Duration::from_secs(60)).build()?;
+    /// assert_eq!(nightly.min_hold(), Some(Duration::from_secs(60)));
+    /// # Ok::<(), syncguard::LockError>(())
+    /// ```
+    pub fn min_hold(mut self, min_hold: Duration) -> Self {
+        self.options.min_hold = Some(min_hold);
+        self
+    }
+
     /// What happens to the work run under the lock ([`with_lock`](crate::with_lock),
     /// [`LockGuard::run`](crate::LockGuard::run), `#[locked]`, the Tower layer) when the lock
     /// is lost.
@@ -190,9 +218,16 @@ impl LockOptionsBuilder {
     /// The options, once their values are checked.
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] for a ttl under 1 ms or over 365 days.
+    /// [`LockError::InvalidArgument`] for a ttl or a `min_hold` under 1 ms or over 365 days.
     pub fn build(self) -> Result<LockOptions, LockError> {
         ttl_millis(self.options.ttl)?;
+        if let Some(min_hold) = self.options.min_hold {
+            ttl_millis(min_hold).map_err(|_| {
+                LockError::invalid_argument(format!(
+                    "min_hold must be between 1ms and 365 days, got {min_hold:?}"
+                ))
+            })?;
+        }
         Ok(self.options)
     }
 }

@@ -25,6 +25,7 @@ mod entry_points;
 pub mod history;
 mod holders;
 mod lease_safety;
+mod min_hold;
 mod waiting;
 
 pub use entry_points::{
@@ -40,6 +41,7 @@ pub use lease_safety::{
     a_manual_extend_waits_for_the_heartbeats, a_stalled_holder_learns_of_its_loss,
     huge_durations_never_overflow, work_that_outlived_its_lease_is_not_a_success,
 };
+pub use min_hold::min_hold_keeps_a_released_lock;
 pub use waiting::{
     a_cancelled_wait_leaves_nothing_behind, waiters_take_turns_in_arrival_order,
     waiters_wake_on_release, waiters_wake_when_the_lease_ends,
@@ -73,7 +75,8 @@ macro_rules! conformance_tests {
             holders_are_reentrant_and_exclusive, a_lock_without_holder_is_not_reentered,
             extend_by_adds_to_the_expiry, bad_holders_change_nothing,
             waiters_wake_on_release, waiters_wake_when_the_lease_ends,
-            waiters_take_turns_in_arrival_order, a_cancelled_wait_leaves_nothing_behind
+            waiters_take_turns_in_arrival_order, a_cancelled_wait_leaves_nothing_behind,
+            min_hold_keeps_a_released_lock
         );
     };
     (@each $make:expr; $($check:ident),* $(,)?) => {

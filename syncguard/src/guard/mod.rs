@@ -347,7 +347,7 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<bool, LockError> {
         self.keeper = Keeper::Stopped; // stops the heartbeat
         self.shared.end();
-        let outcome = self.backend.release(&self.shared.lock_id).await;
+        let outcome = release::let_go(self.backend.as_ref(), &self.shared).await;
         // If this future is dropped before here, the drop releases in the background instead.
         self.unreleased = None;
         let released = self.shared.report_release(outcome)?;

@@ -7,8 +7,27 @@ use std::task::{Context, Waker};
 use super::shutdown::Registration;
 use super::state::Shared;
 use super::{Keeper, LockGuard};
-use crate::LostReason;
-use crate::backend::LockBackend;
+use crate::backend::{ExtendOutcome, LockBackend, ReleaseOutcome};
+use crate::{LockError, LostReason};
+
+/// Lets the lock go: released, or, before its `min_hold` is over, left to expire then (an
+/// extend to the end of the minimum hold, which the caller counts as a release).
+pub(super) async fn let_go(
+    backend: &dyn LockBackend,
+    shared: &Shared,
+) -> Result<ReleaseOutcome, LockError> {
+    let left = shared
+        .keep_until
+        .map(|until| until.saturating_duration_since(tokio::time::Instant::now()))
+        .filter(|left| left.as_millis() >= 1);
+    let Some(left) = left else {
+        return backend.release(&shared.lock_id).await;
+    };
+    Ok(match backend.extend(&shared.lock_id, left).await? {
+        ExtendOutcome::Extended { .. } => ReleaseOutcome::Released,
+        ExtendOutcome::NotHeld(reason) => ReleaseOutcome::NotHeld(reason),
+    })
+}
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
@@ -62,7 +81,7 @@ struct BackgroundRelease {
 
 impl BackgroundRelease {
     async fn run(mut self) {
-        let outcome = self.backend.release(&self.shared.lock_id).await;
+        let outcome = let_go(self.backend.as_ref(), &self.shared).await;
         self.answered = true;
         if let Err(error) = self.shared.report_release(outcome) {
             tracing::warn!(%error, lock = %self.shared.name, fence = %self.shared.fence, "release of a dropped LockGuard failed; the lock will expire at the end of its ttl");

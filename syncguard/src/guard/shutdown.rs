@@ -122,7 +122,7 @@ pub async fn shutdown(timeout: Duration) -> ShutdownReport {
         shared.end_by_shutdown();
         let key_hash = shared.name.to_string();
         let task = releases.spawn(async move {
-            let outcome = backend.release(&shared.lock_id).await;
+            let outcome = super::release::let_go(backend.as_ref(), &shared).await;
             (shared, outcome)
         });
         names.insert(task.id(), key_hash);

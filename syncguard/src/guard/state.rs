@@ -30,6 +30,8 @@ pub(crate) struct Shared {
     pub(super) acquired_at: Instant,
     /// When the hold cap is reached; `None` without a cap.
     pub(super) hold_until: Option<Instant>,
+    /// Until when a release leaves the lock in place (`min_hold`); `None`: a release frees it.
+    pub(super) keep_until: Option<Instant>,
     clock: LeaseClock,
     belief: Mutex<Belief>,
     /// Held for the whole of an extend, the heartbeat's or a manual one: with one extend in
@@ -96,6 +98,7 @@ pub(crate) struct Start {
     pub(crate) fence: Fence,
     pub(crate) ttl: Duration,
     pub(crate) max_hold: Option<Duration>,
+    pub(crate) min_hold: Option<Duration>,
     pub(crate) expires_at_ms: u64,
     pub(crate) sent_at: Instant,
     pub(crate) sent_wall_ms: u64,
@@ -112,6 +115,7 @@ impl Shared {
             fence,
             ttl,
             max_hold,
+            min_hold,
             expires_at_ms,
             sent_at,
             sent_wall_ms,
@@ -119,6 +123,8 @@ impl Shared {
         } = start;
         let ttl = whole_millis(ttl);
         let hold_until = max_hold.map(|max| later(sent_at, max));
+        // Counted from the answer, which came after the backend took the lock: never short.
+        let keep_until = min_hold.map(|min| later(Instant::now(), min));
         let mut belief = Belief::granted(sent_at, ttl, expires_at_ms);
         belief.reaches_cap = hold_until.is_some_and(|cap| belief.deadline >= cap);
         let name = LockName::new(&key, show_key);
@@ -142,6 +148,7 @@ impl Shared {
             ttl,
             acquired_at: sent_at,
             hold_until,
+            keep_until,
             clock: LeaseClock::calibrate(sent_wall_ms, ttl, expires_at_ms),
             belief: Mutex::new(belief),
             extending: tokio::sync::Mutex::new(()),
