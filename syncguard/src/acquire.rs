@@ -116,6 +116,19 @@ where
         .await
 }
 
+/// [`acquire`] on behalf of `holder` ([`LockBackend::acquire_as`]: stored with the lock, so
+/// that others can see who holds it), for the crate's own building blocks.
+pub(crate) async fn acquire_as(
+    backend: Arc<dyn LockBackend>,
+    key: &str,
+    holder: &str,
+    options: &LockOptions,
+) -> Result<LockGuard, LockError> {
+    let mut acquisition = Acquisition::new(backend, key, options)?;
+    acquisition.holder = Some(holder.to_owned());
+    acquisition.wait(Keeping::Task).await
+}
+
 /// `backend` behind an `Arc`. A backend that already is an `Arc<dyn LockBackend>` is shared
 /// as it is, not wrapped again.
 pub(crate) fn share<B: LockBackend + Clone + 'static>(backend: &B) -> Arc<dyn LockBackend> {
@@ -170,6 +183,8 @@ struct Acquisition<'o> {
     key: String,
     options: &'o LockOptions,
     observer: Option<Arc<dyn LockObserver>>,
+    /// Who the lock is taken for ([`LockBackend::acquire_as`]); `None`: a plain acquire.
+    holder: Option<String>,
     first: SentAt,
     made: u32,
 }
@@ -186,6 +201,7 @@ impl<'o> Acquisition<'o> {
             backend,
             key,
             options,
+            holder: None,
             first: SentAt::now(),
             made: 0,
         })
@@ -199,7 +215,12 @@ impl<'o> Acquisition<'o> {
         } else {
             SentAt::now()
         };
-        match self.backend.acquire(&self.key, self.options.ttl()).await {
+        let ttl = self.options.ttl();
+        let outcome = match &self.holder {
+            Some(holder) => self.backend.acquire_as(&self.key, ttl, holder).await,
+            None => self.backend.acquire(&self.key, ttl).await,
+        };
+        match outcome {
             Ok(AcquireOutcome::Acquired(lease)) => {
                 if let Some(observer) = &self.observer {
                     let waited = self.first.instant.elapsed();

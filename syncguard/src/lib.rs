@@ -39,6 +39,7 @@
 //! | lock an `async fn` | `#[locked(key = "job:{id}")]` (feature `macros`, on by default) |
 //! | lock requests of an axum or tonic service | the `syncguard-tower` crate's `LockLayer` |
 //! | build an integration that owns the guard in its own future | [`acquire_driven`], [`LockGuard::poll_keeper`], [`LockGuard::spawn_keeper`], [`LockHandle`] |
+//! | run a background task on one replica at a time, elect a leader, see who leads | [`leader`]: [`leader::Election`] |
 //! | see who holds a lock | [`get_by_key`], [`get_by_id`], [`owns`] |
 //! | release everything on shutdown | [`shutdown`] |
 //!
@@ -73,6 +74,7 @@ pub mod firestore;
 mod guard;
 mod inspect;
 pub mod key;
+pub mod leader;
 mod lock_id;
 mod lock_name;
 pub mod macro_support;

@@ -12,6 +12,7 @@
 mod handle;
 mod keeper;
 mod lease;
+mod let_go;
 mod release;
 mod run;
 pub(crate) mod shutdown;
@@ -347,7 +348,7 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<bool, LockError> {
         self.keeper = Keeper::Stopped; // stops the heartbeat
         self.shared.end();
-        let outcome = release::let_go(self.backend.as_ref(), &self.shared).await;
+        let outcome = let_go::let_go(self.backend.as_ref(), &self.shared).await;
         // If this future is dropped before here, the drop releases in the background instead.
         self.unreleased = None;
         let released = self.shared.report_release(outcome)?;

@@ -4,30 +4,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Waker};
 
+use super::let_go::let_go;
 use super::shutdown::Registration;
 use super::state::Shared;
 use super::{Keeper, LockGuard};
-use crate::backend::{ExtendOutcome, LockBackend, ReleaseOutcome};
-use crate::{LockError, LostReason};
-
-/// Lets the lock go: released, or, before its `min_hold` is over, left to expire then (an
-/// extend to the end of the minimum hold, which the caller counts as a release).
-pub(super) async fn let_go(
-    backend: &dyn LockBackend,
-    shared: &Shared,
-) -> Result<ReleaseOutcome, LockError> {
-    let left = shared
-        .keep_until
-        .map(|until| until.saturating_duration_since(tokio::time::Instant::now()))
-        .filter(|left| left.as_millis() >= 1);
-    let Some(left) = left else {
-        return backend.release(&shared.lock_id).await;
-    };
-    Ok(match backend.extend(&shared.lock_id, left).await? {
-        ExtendOutcome::Extended { .. } => ReleaseOutcome::Released,
-        ExtendOutcome::NotHeld(reason) => ReleaseOutcome::NotHeld(reason),
-    })
-}
+use crate::LostReason;
+use crate::backend::LockBackend;
 
 impl Drop for LockGuard {
     fn drop(&mut self) {

@@ -122,7 +122,7 @@ pub async fn shutdown(timeout: Duration) -> ShutdownReport {
         shared.end_by_shutdown();
         let key_hash = shared.name.to_string();
         let task = releases.spawn(async move {
-            let outcome = super::release::let_go(backend.as_ref(), &shared).await;
+            let outcome = super::let_go::let_go(backend.as_ref(), &shared).await;
             (shared, outcome)
         });
         names.insert(task.id(), key_hash);
