@@ -10,7 +10,7 @@
 //! Each waiter takes the lock, holds it, releases it and at once asks for it again (the
 //! adversarial hot key: the releaser is the quickest to ask). Each row gives the successful
 //! acquisitions per second; the share of them the waiter that had just released took again
-//! (no handoff); the handoff latency to another waiter (from the moment a holder calls release
+//! (no handoff); the mean time of a release call (the handoff includes it); the handoff latency to another waiter (from the moment a holder calls release
 //! to the moment the next holder's `acquire` returns) at p50 and p99;
 //! the backend operations (acquire, release, extend calls, counted by a decorator) per
 //! successful acquisition; on Redis, the server's CPU time per acquisition (`INFO cpu`); the
@@ -149,6 +149,8 @@ async fn redis_cpu(url: &str) -> f64 {
 struct Row {
     acquisitions: u64,
     regained: u64,
+    /// The mean time of a release call.
+    release_call: Duration,
     handoffs_us: Vec<u32>,
     operations: u64,
     server_cpu: Option<f64>,
@@ -165,6 +167,9 @@ struct Shared {
     released_at: Mutex<Option<(Instant, usize)>>,
     /// Acquisitions by the waiter that had just released (no handoff to another waiter).
     regained: AtomicU64,
+    /// The time release calls took, in all, and how many there were.
+    release_call_us: AtomicU64,
+    release_calls: AtomicU64,
     handoffs_us: Mutex<Vec<u32>>,
     acquisitions: AtomicU64,
     longest_wait_us: AtomicU64,
@@ -247,8 +252,14 @@ async fn row(
                                 }
                             }
                             tokio::time::sleep(hold).await;
-                            *shared.released_at.lock().unwrap() = Some((Instant::now(), waiter));
+                            let calling = Instant::now();
+                            *shared.released_at.lock().unwrap() = Some((calling, waiter));
                             guard.release().await.expect("release");
+                            shared.release_call_us.fetch_add(
+                                u64::try_from(calling.elapsed().as_micros()).unwrap_or(0),
+                                Ordering::Relaxed,
+                            );
+                            shared.release_calls.fetch_add(1, Ordering::Relaxed);
                         }
                         Err(error) if error.is_contended() => {
                             if counted {
@@ -286,6 +297,10 @@ async fn row(
     Row {
         acquisitions: shared.acquisitions.load(Ordering::Relaxed),
         regained: shared.regained.load(Ordering::Relaxed),
+        release_call: Duration::from_micros(
+            shared.release_call_us.load(Ordering::Relaxed)
+                / shared.release_calls.load(Ordering::Relaxed).max(1),
+        ),
         handoffs_us,
         operations,
         server_cpu,
@@ -323,9 +338,9 @@ async fn bench_backend(name: &str, backend: Arc<dyn LockBackend>, redis_url: Opt
     let round_trip = round_trip_us(&backend).await;
     println!("\n{name}: round trip (uncontended acquire) p50 {round_trip} µs\n");
     println!(
-        "| policy | waiters | hold | acquisitions/s | regained | handoff p50 | handoff p99 | ops/acq | server µs/acq | longest wait | timeouts |"
+        "| policy | waiters | hold | acquisitions/s | regained | release call | handoff p50 | handoff p99 | ops/acq | server µs/acq | longest wait | timeouts |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for waiters in WAITERS {
         for hold in HOLDS {
             for notified in [false, true] {
@@ -336,11 +351,12 @@ async fn bench_backend(name: &str, backend: Arc<dyn LockBackend>, redis_url: Opt
                     |cpu| format!("{:.0}", per_acq(cpu * 1e6)),
                 );
                 println!(
-                    "| {} | {waiters} | {} ms | {:.0} | {:.0} % | {:.2} ms | {:.2} ms | {:.1} | {server} | {:.2} s | {} |",
+                    "| {} | {waiters} | {} ms | {:.0} | {:.0} % | {:.2} ms | {:.2} ms | {:.2} ms | {:.1} | {server} | {:.2} s | {} |",
                     if notified { "notified" } else { "polling" },
                     hold.as_millis(),
                     row.acquisitions as f64 / row.measured.as_secs_f64(),
                     per_acq(row.regained as f64) * 100.0,
+                    row.release_call.as_secs_f64() * 1000.0,
                     f64::from(percentile(&row.handoffs_us, 0.5)) / 1000.0,
                     f64::from(percentile(&row.handoffs_us, 0.99)) / 1000.0,
                     per_acq(row.operations as f64),
