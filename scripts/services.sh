@@ -153,7 +153,9 @@ start_redis() {
   mkdir -p "$dir"
   # A second, TLS port (clients need not present certificates), if this build has TLS: an
   # unknown --tls-port would stop the server from starting at all.
-  if ldd "$(command -v redis-server)" 2>/dev/null | grep -q libssl; then
+  # Not `grep -q`: it exits at the first match, ldd then dies of SIGPIPE, and under pipefail
+  # the check would fail at random.
+  if ldd "$(command -v redis-server)" 2>/dev/null | grep libssl >/dev/null; then
     make_test_certs
     tls_port=$(free_port)
     tls=(--tls-port "$tls_port" --tls-cert-file "$TLS_DIR/server.crt"

@@ -889,6 +889,115 @@ async fn setup_schema_adds_the_holder_column_to_an_older_table() {
     assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
 }
 
+/// The lock table as syncguard before the `contended` mark made it (with holders), holding a
+/// live lock: a backend of this version releases it before `setup_schema` has run (the release
+/// reads the mark through the row's JSON; without the column it announces, as releases always
+/// did), `setup_schema` adds the column, and rows written without the mark (NULL: not known)
+/// are announced while new locks start unmarked.
+#[tokio::test]
+async fn releases_work_and_announce_before_and_after_setup_schema_adds_the_mark() {
+    let schema = unique("unmarked");
+    let channel = unique("sgtest_ch");
+    let config = PostgresConfig::new()
+        .with_schema(&schema)
+        .with_release_channel(&channel);
+    let pool = pool(4).await;
+    let mut tx = pool.begin().await.unwrap();
+    // As setup_schema does, so that the table count of another test stays undisturbed.
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('syncguard:setup_schema'))")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE SCHEMA \"{schema}\"; \
+         CREATE TABLE \"{schema}\".syncguard_locks (key TEXT PRIMARY KEY, lock_id TEXT NOT NULL, \
+           expires_at_ms BIGINT NOT NULL, acquired_at_ms BIGINT NOT NULL, fence TEXT NOT NULL, \
+           user_key TEXT NOT NULL, holder TEXT); \
+         CREATE UNIQUE INDEX idx_syncguard_locks_lock_id ON \"{schema}\".syncguard_locks (lock_id); \
+         CREATE INDEX idx_syncguard_locks_expires ON \"{schema}\".syncguard_locks (expires_at_ms); \
+         CREATE TABLE \"{schema}\".syncguard_fence_counters (fence_key TEXT PRIMARY KEY, \
+           fence BIGINT NOT NULL DEFAULT 0, key_debug TEXT);"
+    )))
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    // A live lock, as an acquire that does not know the mark stores it.
+    let insert_lock = async |key: &str| {
+        let lock_id = LockId::generate();
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO \"{schema}\".syncguard_locks \
+             (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key) \
+             SELECT $1, $2, now_ms + 60000, now_ms, '000000000000001', $1 \
+             FROM (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::BIGINT AS now_ms) AS clock"
+        )))
+        .bind(make_storage_key("", key, 1700, 0).unwrap())
+        .bind(lock_id.as_str())
+        .execute(&pool)
+        .await
+        .unwrap();
+        lock_id
+    };
+    let mut listener = sqlx::postgres::PgListener::connect(&postgres_url())
+        .await
+        .unwrap();
+    listener.listen(&channel).await.unwrap();
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_millis(500), listener.recv())
+            .await
+            .ok()
+            .map(|received| received.unwrap().payload().to_owned())
+    };
+
+    let backend = PostgresBackend::new(pool.clone(), config.clone()).unwrap();
+    let key = conformance::unique_key("unmarked");
+    let lock_id = insert_lock(&key).await;
+    assert!(backend.release(&lock_id).await.unwrap().is_released());
+    assert_eq!(next().await.as_deref(), Some(key.as_str()), "announced");
+
+    let lock_id = insert_lock(&key).await;
+    setup_schema(&pool, &config)
+        .await
+        .expect("setup_schema upgrades");
+    let column: (String, String) = sqlx::query_as(
+        "SELECT data_type::text, is_nullable::text FROM information_schema.columns \
+         WHERE table_schema = $1 AND table_name = 'syncguard_locks' AND column_name = 'contended'",
+    )
+    .bind(&schema)
+    .fetch_one(&pool)
+    .await
+    .expect("the contended column was added");
+    assert_eq!(column, ("boolean".to_owned(), "YES".to_owned()));
+    let mark = async |lock_id: &LockId| -> Option<bool> {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT contended FROM \"{schema}\".syncguard_locks WHERE lock_id = $1"
+        )))
+        .bind(lock_id.as_str())
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    assert_eq!(mark(&lock_id).await, None, "an old row's mark is not known");
+    let ttl = Duration::from_secs(30);
+    assert!(backend.acquire(&key, ttl).await.unwrap().is_contended());
+    assert_eq!(
+        mark(&lock_id).await,
+        None,
+        "a refusal leaves an unknown mark"
+    );
+    assert!(backend.release(&lock_id).await.unwrap().is_released());
+    assert_eq!(next().await.as_deref(), Some(key.as_str()), "announced");
+
+    let lease = backend.acquire(&key, ttl).await.unwrap().lease().unwrap();
+    assert_eq!(
+        mark(&lease.lock_id).await,
+        Some(false),
+        "a new lock is unmarked"
+    );
+    assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+    assert_eq!(next().await, None, "nobody was refused: not announced");
+}
+
 /// The reference's acquire over an expired lock of a holder (an upsert that never names the
 /// holder column) leaves a lock without holder: the old holder cannot re-enter it.
 #[tokio::test]
@@ -917,6 +1026,15 @@ async fn a_reference_acquire_over_an_expired_holder_lock_clears_the_holder() {
         raw.holder, None,
         "the expired lock's holder is not carried over"
     );
+    // Nor its contended mark (ours say nobody was refused): whether anyone was refused during
+    // the new hold is not known, and its release would be announced.
+    let mark: Option<bool> =
+        sqlx::query_scalar("SELECT contended FROM syncguard_locks WHERE key = $1")
+            .bind(make_storage_key("", &key, 1700, 0).unwrap())
+            .fetch_one(backend.pool())
+            .await
+            .unwrap();
+    assert_eq!(mark, None);
     let refused = backend
         .acquire_as(&key, Duration::from_secs(30), "client-a")
         .await

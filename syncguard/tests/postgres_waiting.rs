@@ -1,7 +1,8 @@
-//! Waiting on the PostgreSQL backend: releases announced with `pg_notify` wake waiters through
-//! the backend's listening connection, and waiting stays correct without them (a killed
-//! listener, peers that never notify, locks that expire). Against the real server
-//! `bash scripts/test-all.sh` starts (`SYNCGUARD_TEST_POSTGRES_URL`).
+//! Waiting on the PostgreSQL backend: releases announced with `pg_notify` (those of locks an
+//! acquire was refused during; uncontended releases send nothing) wake waiters through the
+//! backend's listening connection, also when releases race refusals, and waiting stays correct
+//! without them (a killed listener, peers that never notify, locks that expire). Against the
+//! real server `bash scripts/test-all.sh` starts (`SYNCGUARD_TEST_POSTGRES_URL`).
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -40,11 +41,20 @@ fn key(label: &str) -> String {
 
 /// A backend whose pool connects as `application`.
 async fn backend_as(application: &str, config: PostgresConfig) -> PostgresBackend {
+    backend_of(application, config, 8).await
+}
+
+/// A backend whose pool of up to `connections` connects as `application`.
+async fn backend_of(
+    application: &str,
+    config: PostgresConfig,
+    connections: u32,
+) -> PostgresBackend {
     let options = PgConnectOptions::from_str(&postgres_url())
         .expect("a PostgreSQL URL")
         .application_name(application);
     let pool = PostgresBackend::pool_options()
-        .max_connections(8)
+        .max_connections(connections)
         .connect_with(options)
         .await
         .expect("connect to the test PostgreSQL");
@@ -175,16 +185,194 @@ async fn a_notified_release_wakes_a_waiter_far_sooner_than_its_poll() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_sends_one_notification_with_the_key_on_the_configured_channel() {
-    let channel = format!(
+/// A test connection listening on `channel`.
+async fn listen_on(channel: &str) -> PgListener {
+    let mut listener = PgListener::connect(&postgres_url()).await.unwrap();
+    listener.listen(channel).await.unwrap();
+    listener
+}
+
+/// The next notification's payload, if one comes within half a second.
+async fn next_payload(listener: &mut PgListener) -> Option<String> {
+    timeout(Duration::from_millis(500), listener.recv())
+        .await
+        .ok()
+        .map(|received| received.unwrap().payload().to_owned())
+}
+
+/// A channel no other test (or run) uses.
+fn unique_channel() -> String {
+    format!(
         "sgtest_{}",
         &LockId::generate().as_str()[..12].replace('-', "_")
-    );
+    )
+}
+
+/// The stored mark of `key`'s lock row, and the transaction that wrote the row's version.
+async fn mark_of(backend: &PostgresBackend, key: &str) -> (Option<bool>, String) {
+    let storage_key = syncguard::key::make_storage_key("", key, 1700, 0).unwrap();
+    sqlx::query_as("SELECT contended, xmin::text FROM syncguard_locks WHERE key = $1")
+        .bind(storage_key)
+        .fetch_one(backend.pool())
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_release_of_a_contended_lock_sends_a_notification() {
+    let channel = unique_channel();
     let config = PostgresConfig::new().with_release_channel(&channel);
     assert_eq!(config.release_channel(), channel);
-    let application = unique_application();
-    let backend = backend_as(&application, config.clone()).await;
+    let backend = backend_as(&unique_application(), config.clone()).await;
+    let mut listener = listen_on(&channel).await;
+    let ttl = Duration::from_secs(30);
+
+    // Nobody refused: the release sends nothing, however many times the holder extends and
+    // re-enters.
+    let key_a = key("uncontended");
+    for _ in 0..3 {
+        let lease = backend.acquire(&key_a, ttl).await.unwrap().lease().unwrap();
+        assert!(
+            backend
+                .extend(&lease.lock_id, ttl)
+                .await
+                .unwrap()
+                .expires_at_ms()
+                .is_some()
+        );
+        assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+    }
+    let held = backend
+        .acquire_as(&key_a, ttl, "client-a")
+        .await
+        .unwrap()
+        .lease()
+        .unwrap();
+    backend
+        .acquire_as(&key_a, ttl, "client-a")
+        .await
+        .unwrap()
+        .lease()
+        .unwrap();
+    assert!(backend.release(&held.lock_id).await.unwrap().is_released());
+    assert_eq!(next_payload(&mut listener).await, None, "nothing announced");
+
+    // Refused three times (plain, with a holder, from a one-attempt try): the release sends one
+    // notification, with the normalized key ("é" composed), exactly what waiters queue on.
+    let decomposed = format!("{}:e\u{301}", key("payload"));
+    let lease = backend
+        .acquire(&decomposed, ttl)
+        .await
+        .unwrap()
+        .lease()
+        .unwrap();
+    assert_eq!(mark_of(&backend, &decomposed).await.0, Some(false));
+    assert!(
+        backend
+            .acquire(&decomposed, ttl)
+            .await
+            .unwrap()
+            .is_contended()
+    );
+    let (mark, written) = mark_of(&backend, &decomposed).await;
+    assert_eq!(mark, Some(true), "the refusal marked the lock");
+    assert!(
+        backend
+            .acquire_as(&decomposed, ttl, "client-b")
+            .await
+            .unwrap()
+            .is_contended()
+    );
+    assert!(
+        syncguard::try_acquire(&backend, &decomposed, &LockOptions::default())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(
+        mark_of(&backend, &decomposed).await,
+        (Some(true), written),
+        "later refusals write nothing"
+    );
+    assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+    let composed = decomposed.replace("e\u{301}", "\u{e9}");
+    assert_eq!(
+        next_payload(&mut listener).await.as_deref(),
+        Some(composed.as_str())
+    );
+    assert_eq!(
+        next_payload(&mut listener).await,
+        None,
+        "one notification per release"
+    );
+
+    // The next hold of the key starts unmarked.
+    let lease = backend
+        .acquire(&decomposed, ttl)
+        .await
+        .unwrap()
+        .lease()
+        .unwrap();
+    assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+    assert_eq!(
+        next_payload(&mut listener).await,
+        None,
+        "a new hold is not contended"
+    );
+
+    // A holder re-entering keeps the mark.
+    let key_b = key("reentered");
+    let held = backend
+        .acquire_as(&key_b, ttl, "client-a")
+        .await
+        .unwrap()
+        .lease()
+        .unwrap();
+    assert!(
+        backend
+            .acquire_as(&key_b, ttl, "client-b")
+            .await
+            .unwrap()
+            .is_contended()
+    );
+    let again = backend
+        .acquire_as(&key_b, ttl, "client-a")
+        .await
+        .unwrap()
+        .lease()
+        .unwrap();
+    assert_eq!(again.lock_id, held.lock_id);
+    assert!(backend.release(&held.lock_id).await.unwrap().is_released());
+    let heard = next_payload(&mut listener).await.expect("announced");
+    assert!(heard.starts_with("conformance:reentered:"), "{heard}");
+
+    // A contended lock that expires announces nothing (no release): its release is refused, and
+    // the lock that takes its place is a new, uncontended hold.
+    let key_c = key("expired");
+    let short = backend
+        .acquire(&key_c, Duration::from_millis(1))
+        .await
+        .unwrap()
+        .lease()
+        .unwrap();
+    assert!(backend.acquire(&key_c, ttl).await.unwrap().is_contended());
+    sleep(Duration::from_millis(1_200)).await;
+    assert!(!backend.release(&short.lock_id).await.unwrap().is_released());
+    let next = backend.acquire(&key_c, ttl).await.unwrap().lease().unwrap();
+    assert_eq!(
+        mark_of(&backend, &key_c).await.0,
+        Some(false),
+        "taken over, unmarked"
+    );
+    assert!(backend.release(&next.lock_id).await.unwrap().is_released());
+    assert_eq!(
+        next_payload(&mut listener).await,
+        None,
+        "nothing was announced"
+    );
+
+    // A backend configured without notifications releases silently, contended or not, and
+    // listens to nothing.
     let silent = backend_as(
         &unique_application(),
         config.clone().with_release_notifications(false),
@@ -194,73 +382,15 @@ async fn a_release_sends_one_notification_with_the_key_on_the_configured_channel
         silent.release_notifier().is_none(),
         "a silent backend listens to nothing"
     );
-
-    let mut listener = PgListener::connect(&postgres_url()).await.unwrap();
-    listener.listen(&channel).await.unwrap();
-    let next = async |listener: &mut PgListener| {
-        timeout(Duration::from_millis(500), listener.recv())
-            .await
-            .ok()
-            .map(|received| received.unwrap().payload().to_owned())
-    };
-    let ttl = Duration::from_secs(30);
-
-    // The payload is the normalized key ("é" composed), exactly what waiters queue on.
-    let decomposed = format!("{}:e\u{301}", key("payload"));
-    let lease = backend
-        .acquire(&decomposed, ttl)
-        .await
-        .unwrap()
-        .lease()
-        .unwrap();
-    assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
-    let composed = decomposed.replace("e\u{301}", "\u{e9}");
-    assert_eq!(
-        next(&mut listener).await.as_deref(),
-        Some(composed.as_str())
-    );
-    assert_eq!(
-        next(&mut listener).await,
-        None,
-        "one notification per release"
-    );
-
-    // A release that finds nothing live announces nothing: repeated, or of an expired lock.
-    assert!(!backend.release(&lease.lock_id).await.unwrap().is_released());
-    let expired = backend
-        .acquire(&key("expired"), Duration::from_millis(1))
-        .await
-        .unwrap()
-        .lease()
-        .unwrap();
-    sleep(Duration::from_millis(1_200)).await;
-    assert!(
-        !backend
-            .release(&expired.lock_id)
-            .await
-            .unwrap()
-            .is_released()
-    );
-    // A backend configured not to notify releases silently.
-    let quiet = silent
-        .acquire(&key("quiet"), ttl)
-        .await
-        .unwrap()
-        .lease()
-        .unwrap();
+    let key_d = key("quiet");
+    let quiet = silent.acquire(&key_d, ttl).await.unwrap().lease().unwrap();
+    assert!(backend.acquire(&key_d, ttl).await.unwrap().is_contended());
     assert!(silent.release(&quiet.lock_id).await.unwrap().is_released());
-    assert_eq!(next(&mut listener).await, None, "nothing was announced");
-
-    // The next announcement is the next release's.
-    let last = backend
-        .acquire(&key("last"), ttl)
-        .await
-        .unwrap()
-        .lease()
-        .unwrap();
-    assert!(backend.release(&last.lock_id).await.unwrap().is_released());
-    let heard = next(&mut listener).await.expect("the release is announced");
-    assert!(heard.starts_with("conformance:last:"), "{heard}");
+    assert_eq!(
+        next_payload(&mut listener).await,
+        None,
+        "nothing was announced"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -499,4 +629,196 @@ async fn the_listener_starts_once_something_waits_and_ends_with_the_backend() {
         );
         sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// What announcing releases costs uncontended acquire+release cycles: cycles per second on keys
+/// of their own at 1, 4 and 16 tasks, with release notifications on (the backend listening)
+/// and off, alternately, three runs each. A measurement, not a check: run it alone, with
+/// `cargo test --release ... -- --ignored --nocapture release_notification_cost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run it alone"]
+async fn release_notification_cost() {
+    let run_for = Duration::from_secs(3);
+    let on = backend_of(&unique_application(), PostgresConfig::new(), 16).await;
+    let off = backend_of(
+        &unique_application(),
+        PostgresConfig::new().with_release_notifications(false),
+        16,
+    )
+    .await;
+    // Listening, as a backend whose waiters wake on release is.
+    let _notifier = on.release_notifier().expect("notifications on");
+    async fn cycles(backend: &PostgresBackend, tasks: usize, run_for: Duration) -> f64 {
+        let deadline = Instant::now() + run_for;
+        let workers: Vec<_> = (0..tasks)
+            .map(|_| {
+                let (backend, key) = (backend.clone(), key("cost"));
+                tokio::spawn(async move {
+                    let mut done = 0u64;
+                    while Instant::now() < deadline {
+                        let lease = backend
+                            .acquire(&key, Duration::from_secs(30))
+                            .await
+                            .unwrap()
+                            .lease()
+                            .expect("a key of its own");
+                        assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+                        done += 1;
+                    }
+                    done
+                })
+            })
+            .collect();
+        let mut total = 0;
+        for worker in workers {
+            total += worker.await.unwrap();
+        }
+        total as f64 / run_for.as_secs_f64()
+    }
+    for tasks in [1, 4, 16] {
+        let (mut with, mut without) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            with.push(cycles(&on, tasks, run_for).await);
+            without.push(cycles(&off, tasks, run_for).await);
+        }
+        let median = |mut runs: Vec<f64>| {
+            runs.sort_by(f64::total_cmp);
+            runs[runs.len() / 2]
+        };
+        println!(
+            "{tasks:>2} tasks: cycles/s with notifications {:.0}, without {:.0} (medians of {with:.0?} and {without:.0?})",
+            median(with.clone()),
+            median(without.clone())
+        );
+    }
+}
+
+/// A backend of its own for a waiter, listening already.
+async fn listening_backend(admin: &mut PgConnection, config: &PostgresConfig) -> PostgresBackend {
+    let application = unique_application();
+    let backend = backend_as(&application, config.clone()).await;
+    assert!(backend.release_notifier().is_some());
+    listening(admin, &application, None).await;
+    backend
+}
+
+/// A waiter that takes the lock and gives it back at once; how long after `since` it had it.
+fn spawn_passing_waiter(
+    backend: &PostgresBackend,
+    key: &str,
+    since: Instant,
+) -> JoinHandle<Duration> {
+    let waiter = spawn_waiter(backend, key, waiting_every(SLOW_POLL));
+    tokio::spawn(async move {
+        let guard = waiter.await.unwrap().expect("the waiter takes the lock");
+        let took = since.elapsed();
+        guard.release().await.unwrap();
+        took
+    })
+}
+
+/// Waits about `delay`, more precisely than a timer does (it spins).
+fn spin_for(delay: Duration) {
+    let until = std::time::Instant::now() + delay;
+    while std::time::Instant::now() < until {
+        std::hint::spin_loop();
+    }
+}
+
+/// A release that races a waiter's refused acquire: whether it commits before the refusal reads
+/// the lock (the waiter then takes it at once), or after the refusal marked it contended (it is
+/// then announced), never in between, where it would be unannounced and leave the waiter asleep
+/// until its 30 s poll. The release comes from another backend (another process), so only an
+/// announcement wakes the waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_racing_a_refusal_still_wakes_the_waiter() {
+    const ROUNDS: u32 = 200;
+    let channel = unique_channel();
+    let config = PostgresConfig::new().with_release_channel(&channel);
+    let mut admin = admin().await;
+    let holder = backend_as(&unique_application(), config.clone()).await;
+    let waiting = listening_backend(&mut admin, &config).await;
+    let mut heard = listen_on(&channel).await;
+    let (mut announced, mut silent) = (0, 0);
+    let mut slowest = Duration::ZERO;
+    for round in 0..ROUNDS {
+        let key = key("race");
+        let held = holder
+            .acquire(&key, Duration::from_secs(60))
+            .await
+            .unwrap()
+            .lease()
+            .unwrap();
+        let started = Instant::now();
+        let waiter = spawn_passing_waiter(&waiting, &key, started);
+        // From at once to well after the waiter's first attempt, in steps of 0.1 ms.
+        spin_for(Duration::from_micros(u64::from(round % 41) * 100));
+        assert!(holder.release(&held.lock_id).await.unwrap().is_released());
+        let took = timeout(PROMPT, waiter)
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: the waiter slept through the release"))
+            .unwrap();
+        slowest = slowest.max(took);
+        // The waiter's own release is uncontended: only the holder's can be announced.
+        match timeout(Duration::from_millis(20), heard.recv()).await {
+            Ok(notification) => {
+                assert_eq!(notification.unwrap().payload(), key);
+                announced += 1;
+            }
+            Err(_) => silent += 1,
+        }
+    }
+    // A late notification would be the last round's.
+    assert!(next_payload(&mut heard).await.is_none());
+    println!(
+        "{ROUNDS} rounds: the release was announced in {announced} (refused first), silent in \
+         {silent} (released first); the slowest waiter had the lock after {slowest:?}"
+    );
+    assert!(
+        slowest < Duration::from_secs(5),
+        "every waiter woke far sooner than its 30 s poll: {slowest:?}"
+    );
+    assert!(announced > 0 && silent > 0, "both orders were raced");
+}
+
+/// Waiters of two processes (two on one backend, one on another) and a holder on a third pass a
+/// key around as fast as they can, round after round: refusals keep racing releases, and the
+/// waiters of one process queue behind the one of theirs that took the lock (it wakes them
+/// itself when its release is not announced). Each one has the lock far sooner than its 30 s
+/// poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_several_processes_all_wake_promptly_while_releases_race_refusals() {
+    const ROUNDS: u32 = 40;
+    let config = PostgresConfig::new();
+    let mut admin = admin().await;
+    let holder = backend_as(&unique_application(), config.clone()).await;
+    let one = listening_backend(&mut admin, &config).await;
+    let other = listening_backend(&mut admin, &config).await;
+    let mut slowest = Duration::ZERO;
+    for round in 0..ROUNDS {
+        let key = key("race-many");
+        let held = holder
+            .acquire(&key, Duration::from_secs(60))
+            .await
+            .unwrap()
+            .lease()
+            .unwrap();
+        let started = Instant::now();
+        let waiters =
+            [&one, &other, &one].map(|backend| spawn_passing_waiter(backend, &key, started));
+        spin_for(Duration::from_micros(u64::from(round % 21) * 100));
+        assert!(holder.release(&held.lock_id).await.unwrap().is_released());
+        for waiter in waiters {
+            let took = timeout(PROMPT, waiter)
+                .await
+                .unwrap_or_else(|_| panic!("round {round}: a waiter slept through a release"))
+                .unwrap();
+            slowest = slowest.max(took);
+        }
+    }
+    println!("{ROUNDS} rounds of three waiters: the slowest had the lock after {slowest:?}");
+    assert!(
+        slowest < Duration::from_secs(5),
+        "every waiter woke far sooner than its 30 s poll: {slowest:?}"
+    );
 }

@@ -43,7 +43,8 @@ impl PostgresBackendBuilder {
         }
     }
 
-    /// Table names, timeouts and cleanup (default [`PostgresConfig::new`]).
+    /// Table names, timeouts, cleanup and release notifications (default
+    /// [`PostgresConfig::new`]).
     ///
     /// ```
     /// use syncguard::postgres::{PostgresBackend, PostgresConfig};
@@ -54,6 +55,22 @@ impl PostgresBackendBuilder {
     /// ```
     pub fn config(mut self, config: PostgresConfig) -> Self {
         self.config = config;
+        self
+    }
+
+    /// Whether the backend announces releases and listens for them (default `true`; see
+    /// [`PostgresConfig::with_release_notifications`]). Off, its waiters poll. Set it after
+    /// [`config`](Self::config), which replaces it.
+    ///
+    /// ```
+    /// use syncguard::postgres::PostgresBackend;
+    ///
+    /// let builder = PostgresBackend::builder("postgres://app@pgbouncer/app")
+    ///     .release_notifications(false);
+    /// # let _ = builder;
+    /// ```
+    pub fn release_notifications(mut self, enabled: bool) -> Self {
+        self.config = self.config.with_release_notifications(enabled);
         self
     }
 

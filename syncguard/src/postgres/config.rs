@@ -110,14 +110,26 @@ impl PostgresConfig {
         self
     }
 
-    /// Whether releases are announced and waiters listen for them (on by default; see
-    /// [waiting](super#waiting)). On, a release that deletes a live lock also runs
+    /// Whether this backend announces releases and listens for them (on by default; see
+    /// [waiting](super#waiting)); the same switch as the Redis backend's
+    /// `RedisConfig::with_release_notifications` (feature `redis`).
+    ///
+    /// On, a release of a live lock that an acquire was refused during also runs
     /// `pg_notify(<release channel>, <key>)`, and the backend opens one listening connection
     /// once something waits, so that its waiters wake when the lock is released. Off, this
-    /// backend's releases notify nobody and it listens to nothing: its waiters poll, at the
-    /// retry policy's delays and at the holder's lease end. Turn it off where the NOTIFY's cost
-    /// matters (see [waiting](super#waiting)), or behind a connection proxy that cannot carry
-    /// `LISTEN` (transaction pooling).
+    /// backend neither announces releases nor listens for them: its waiters poll, at the retry
+    /// policy's delays and at the holder's lease end, and its releases wake nobody (other
+    /// processes' waiters poll for them too). Turn it off behind a connection proxy that cannot
+    /// carry `LISTEN` (PgBouncer's transaction pooling), or where the cost of notifying contended
+    /// releases matters more than waking on release (see [waiting](super#waiting)).
+    ///
+    /// ```
+    /// use syncguard::postgres::PostgresConfig;
+    ///
+    /// assert!(PostgresConfig::new().release_notifications());
+    /// let polling = PostgresConfig::new().with_release_notifications(false);
+    /// assert!(!polling.release_notifications());
+    /// ```
     #[must_use]
     pub fn with_release_notifications(mut self, enabled: bool) -> Self {
         self.release_notifications = enabled;
@@ -200,7 +212,8 @@ impl PostgresConfig {
         self.cleanup_in_is_locked
     }
 
-    /// Whether releases are announced and waiters listen for them.
+    /// Whether this backend announces releases and listens for them (see
+    /// [`with_release_notifications`](Self::with_release_notifications)).
     pub fn release_notifications(&self) -> bool {
         self.release_notifications
     }

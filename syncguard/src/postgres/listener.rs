@@ -1,7 +1,9 @@
 //! Waking this process's waiters when a lock is released: one listening connection per
 //! backend, opened the first time something waits, hands the release channel's notifications
-//! (the release statement sends one per live lock it deletes, the normalized key as payload) to
-//! the backend's [`ReleaseNotifier`].
+//! (the release statement sends one per live lock it deletes that an acquire was refused
+//! during, the normalized key as payload) to the backend's [`ReleaseNotifier`]. The releases
+//! this process makes without a notification wake its waiters directly
+//! ([`ReleaseListener::released_here`]).
 //!
 //! The connection is a hint, never a condition: while it is down, or before its `LISTEN` took
 //! effect, releases go unheard and waiters poll. So every time it starts listening (the first
@@ -86,6 +88,12 @@ impl ReleaseListener {
             *running = Some(stop);
         }
         Some(self.notifier.clone())
+    }
+
+    /// Wakes this process's waiters of `key`, released by this process without an
+    /// announcement (nothing starts listening for it).
+    pub(super) fn released_here(&self, key: &str) {
+        self.notifier.released(key);
     }
 }
 

@@ -44,35 +44,42 @@
 //!
 //! | table | columns | indexes |
 //! |---|---|---|
-//! | `syncguard_locks`: one row per lock, live or expired | `key TEXT PRIMARY KEY` (the storage key), `lock_id TEXT` (22 base64url characters), `expires_at_ms BIGINT`, `acquired_at_ms BIGINT` (Unix ms, server time), `fence TEXT` (15 digits), `user_key TEXT` (the normalized key), `holder TEXT` (the holder given to `acquire_as`, `NULL` for none) | unique on `lock_id`; on `expires_at_ms` |
+//! | `syncguard_locks`: one row per lock, live or expired | `key TEXT PRIMARY KEY` (the storage key), `lock_id TEXT` (22 base64url characters), `expires_at_ms BIGINT`, `acquired_at_ms BIGINT` (Unix ms, server time), `fence TEXT` (15 digits), `user_key TEXT` (the normalized key), `holder TEXT` (the holder given to `acquire_as`, `NULL` for none), `contended BOOLEAN` (whether an acquire was refused during this hold, so that its release wakes the waiters; `NULL`: not known) | unique on `lock_id`; on `expires_at_ms` |
 //! | `syncguard_fence_counters`: one row per key ever locked, **never deleted** | `fence_key TEXT PRIMARY KEY`, `fence BIGINT` (the last fence given), `key_debug TEXT` (the key) | |
 //!
-//! Every column is `NOT NULL` but `key_debug` and `holder`. The acquire function,
+//! Every column is `NOT NULL` but `key_debug`, `holder` and `contended`. The acquire function,
 //! `syncguard_locks_acquire(...)`, takes `pg_advisory_xact_lock(hashtext(storage key))`,
 //! reads the key's row `FOR UPDATE`, and if no live lock is there increments the fence
 //! counter and replaces the lock row (deletes the expired one, inserts the new one), with
 //! `clock_timestamp()` as the time; given a holder, it re-enters a live lock stored with the
-//! same holder instead (its expiry and acquisition time restart, its lock id and fence stay).
+//! same holder instead (its expiry and acquisition time restart, its lock id, fence and
+//! `contended` mark stay). A new lock is stored with `contended` false; a refusal marks the live
+//! lock `contended` (see [waiting](#waiting)).
 //! A counter that is not positive, or past the maximum, fails the call with nothing stored.
-//! A trigger, `syncguard_clear_holder` (function `<locks>_clear_holder`), clears the holder of
-//! a row that an `UPDATE` gives another lock id (see the
+//! A trigger, `syncguard_clear_holder` (function `<locks>_clear_holder`), clears the holder
+//! (and the `contended` mark, to `NULL`) of a row that an `UPDATE` gives another lock id (see the
 //! [compatibility notes](#compatibility-with-the-typescript-reference)). [`PostgresConfig`]
 //! sets other table names and a schema; the functions and the indexes are named after the
 //! lock table (`<locks>_acquire`, `<locks>_clear_holder`, `idx_<locks>_lock_id`,
 //! `idx_<locks>_expires`).
 //!
-//! Upgrading: [`setup_schema`] brings an existing installation (an older syncguard's, or
-//! tables created by the TypeScript reference) up to date in place: it adds the `holder`
-//! column (`ALTER TABLE ... ADD COLUMN IF NOT EXISTS holder TEXT`; existing rows have no
-//! holder), the trigger and the new acquire function. The column and the trigger are added
-//! only when the catalog lacks them, so that later runs never lock the table exclusively (an
-//! `ALTER TABLE` would, even with `IF NOT EXISTS`, and would queue every lock operation behind
-//! any long reader of the table, such as a `pg_dump`). Until it has run, acquires and lookups
-//! fail with [`LockError::Internal`] saying to run it. The acquire function of older versions
-//! (seven arguments) stays, for their processes still running during a rolling upgrade.
-//! Announcing releases ([waiting](#waiting)) needs nothing new in the schema: the release is a
-//! statement of this library's, not a server-side function, and the acquire function already
-//! answered a refusal with the holder's expiry.
+//! Upgrading: [`setup_schema`] brings an existing installation (an older syncguard's, or tables
+//! created by the TypeScript reference) up to date in place: it adds the `holder` and `contended`
+//! columns (`ALTER TABLE ... ADD COLUMN IF NOT EXISTS holder TEXT`, and `contended BOOLEAN`;
+//! existing rows have no holder, and their mark is not known, so that their releases are announced
+//! as before), the trigger and the new acquire function. The columns and the trigger are added only
+//! when the catalog lacks them, so that later runs never lock the table exclusively (an `ALTER
+//! TABLE` would, even with `IF NOT EXISTS`, and would queue every lock operation behind any long
+//! reader of the table, such as a `pg_dump`). Until it has run on a table without the `holder`
+//! column, acquires and lookups fail with [`LockError::Internal`] saying to run it. Releases work
+//! on any version of the table (without the `contended` column, every release of a live lock is
+//! announced, as older versions did). The acquire function keeps its signature (the new version
+//! replaces the old one in place, and older processes calling it get the new one); the one of
+//! versions before holders (seven arguments) stays, for their processes still running during a
+//! rolling upgrade. An older process that runs its own `setup_schema` puts back its acquire
+//! function, which does not mark refusals: until a newer one runs it again, releases of locks taken
+//! meanwhile are announced (that function stores no mark, which reads as not known), and those of
+//! locks taken before may go unannounced, so that their waiters poll.
 //!
 //! Expired rows stay until a later acquire of the same key overwrites them,
 //! [`PostgresBackend::sweep_expired`] deletes them, or (opt-in,
@@ -82,13 +89,15 @@
 //! ## Compatibility with the TypeScript reference
 //!
 //! The tables and indexes are the reference's (its optional generated `expires_at_ts` and
-//! `acquired_at_ts` columns may be added), plus the nullable `holder` column, which the
-//! reference never names: its inserts leave it `NULL` (no holder: `acquire_as` does not
-//! re-enter such a lock, and lookups show none), and its releases and extends keep it with
-//! the lock it belongs to. Its acquire over an expired lock, an upsert that sets every other
+//! `acquired_at_ts` columns may be added), plus the nullable `holder` and `contended` columns,
+//! which the reference never names: its inserts leave them `NULL` (no holder: `acquire_as` does
+//! not re-enter such a lock, and lookups show none; whether anyone was refused is not known:
+//! our release of such a lock is announced), and its releases and extends keep them with the
+//! lock they belong to. Its acquire over an expired lock, an upsert that sets every other
 //! column, would leave the expired lock's holder on the new lock, so that this holder could
 //! re-enter a lock a TypeScript service holds: the trigger clears the holder of every row
-//! whose lock id an update changes, and this library's acquire replaces an expired row
+//! whose lock id an update changes (and its mark, so that a release of the new lock is not
+//! kept silent by the old lock's), and this library's acquire replaces an expired row
 //! (delete and insert) rather than updating it. Storage keys are
 //! [`make_storage_key("", key, 1700, 0)`](crate::key::make_storage_key) (longer keys are
 //! hashed, see [`STORAGE_KEY_LIMIT_BYTES`]), fence keys the two-step
@@ -108,11 +117,24 @@
 //! A waiting [`acquire`](crate::acquire) wakes when the lock is released, not only at its
 //! retry policy's delays (see [`RetryPolicy`](crate::RetryPolicy#waking-on-release)):
 //!
-//! - **Announcing.** The release statement, when it deletes a live lock, also calls
-//!   `pg_notify(<channel>, <key>)` with the normalized key (the `user_key` column) as the
-//!   payload, in the same statement and round trip. NOTIFY is transactional: PostgreSQL
-//!   delivers it when the release commits, and never for one that did not. A release that finds
-//!   nothing live (repeated, or of an expired lock) announces nothing. The channel is
+//! - **Marking.** A refused acquire (and `acquire_as`) marks the live lock `contended`, in the
+//!   same call; only the first refusal of a hold writes, later ones just read. The acquire
+//!   function keeps the row locked from its read to its commit, so a release racing a refusal
+//!   either commits first (and the acquire takes the free lock) or waits for the mark and is
+//!   announced: never in between. A refusal does not wait for its commit to be flushed
+//!   (`synchronous_commit` is off for its transaction): a mark lost in a crash costs a
+//!   notification, never a lock. (The acquire function marks whichever backend calls it, one
+//!   with notifications off included.)
+//! - **Announcing.** The release statement, when it deletes a live lock marked `contended` (or
+//!   one whose mark is not known: written before the column was added, or by the TypeScript
+//!   reference), also calls `pg_notify(<channel>, <key>)` with the normalized key (the
+//!   `user_key` column) as the payload, in the same statement and round trip. NOTIFY is
+//!   transactional: PostgreSQL delivers it when the release commits, and never for one that did
+//!   not. A release of a lock nobody was refused (the common case) announces nothing, nor does a
+//!   release that finds nothing live (repeated, or of an expired lock). The waiters of this
+//!   process are woken by a release made through the backend (or a clone) they wait on even
+//!   when it is not announced: those queued behind a waiter of theirs that took the lock wait
+//!   for their turn without trying it, so they were never refused. The channel is
 //!   [`PostgresConfig::release_channel`]: `<lock table>_released` by default
 //!   (`syncguard_locks_released`), prefixed with `<schema>_` when a schema is set and the name
 //!   fits PostgreSQL's 63 bytes, or one of your own
@@ -148,15 +170,21 @@
 //!
 //! - **One connection per backend** (not per clone) once something has waited: count it in the
 //!   server's `max_connections`. Several [`PostgresBackend::new`] on one pool open one each.
-//! - **A NOTIFY per release**, whether anyone waits or not. Alone it is cheap: on a 2-core test
-//!   machine (PostgreSQL 15, `fsync` on, one connection) a release took 0.38–0.40 ms with it
-//!   and 0.33–0.56 ms without, in runs of 1,000 (some 0.03–0.06 ms more in the quieter runs,
-//!   within their noise). But PostgreSQL serializes the commits of all notifying
-//!   transactions of a server (a global lock, held from just before commit until the commit is
-//!   flushed), so concurrent releases no longer share their WAL flushes: in the same runs, acquire+release cycles on keys of their own made about
-//!   1,390 per second with one task either way, 2,200 against 2,800 with 4 tasks, and 2,150
-//!   against 4,100 with 16. Where release throughput matters more than waking on release, turn
-//!   notifications off ([`with_release_notifications(false)`](PostgresConfig::with_release_notifications)):
+//! - **A NOTIFY per contended release**, and one write per contended hold (the mark). A NOTIFY
+//!   alone is cheap, but PostgreSQL serializes the commits of all notifying transactions of a
+//!   server (a global lock, held from just before commit until the commit is flushed), so
+//!   concurrent notifying releases do not share their WAL flushes. Uncontended releases, which
+//!   do not notify, cost the same as with notifications off: on a 2-core test machine
+//!   (PostgreSQL 15, `fsync` on; medians of three 3-second runs of the ignored test
+//!   `release_notification_cost` in `tests/postgres_waiting.rs`), acquire+release cycles on
+//!   keys of their own made, with notifications on and off, about 1,190 and 1,170 per second
+//!   with one task, 2,130 and 2,200 with 4, and 3,080 and 3,060 with 16 (when every release
+//!   notified: 1,120 and 1,110, 1,590 and 1,920, 1,780 and 2,790). Refusals do not wait for their
+//!   commit to be flushed: on the same machine, 4 clients refused on one key made about 9,500
+//!   refusals per second at 0.42 ms, against 3,000 at 1.2–1.5 ms waiting for the flush. Where
+//!   the throughput of contended releases matters more than waking on release, turn
+//!   notifications off
+//!   ([`with_release_notifications(false)`](PostgresConfig::with_release_notifications)):
 //!   waiters then poll.
 //! - Behind a proxy that pools connections by transaction (PgBouncer's `transaction` mode),
 //!   `LISTEN` does not work: turn notifications off, or nothing is heard and waiters poll.
@@ -292,8 +320,9 @@ pub struct PostgresBackend {
     listener: Option<Arc<ReleaseListener>>,
 }
 
-/// Creates the tables, indexes, trigger and functions for `config`, if missing, and adds the
-/// `holder` column to a lock table created without it. Idempotent and safe to run from
+/// Creates the tables, indexes, trigger and functions for `config`, if missing, adds the
+/// `holder` and `contended` columns to a lock table created without them, and replaces the
+/// functions with this version's (see [tables](self#tables)). Idempotent and safe to run from
 /// several processes at once; run it at startup, or apply [`SCHEMA_SQL`] /
 /// [`PostgresConfig::schema_sql`] as a migration instead.
 ///

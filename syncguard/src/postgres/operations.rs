@@ -32,6 +32,16 @@ impl PostgresBackend {
             .await?;
         let released: bool = row.try_get(0).map_err(decode_error)?;
         let found: bool = row.try_get(1).map_err(decode_error)?;
+        // A release the server did not announce (nobody was refused during the hold) may
+        // still have waiters in this process: those queued behind one of theirs that took the
+        // lock wait for their turn without trying it, so were never refused. They are woken
+        // here.
+        if let Some(listener) = &self.listener {
+            let unannounced: Option<String> = row.try_get(3).map_err(decode_error)?;
+            if let Some(key) = unannounced {
+                listener.released_here(&key);
+            }
+        }
         Ok(if released {
             ReleaseOutcome::Released
         } else {

@@ -9,7 +9,9 @@ CREATE TABLE IF NOT EXISTS {locks} (
   acquired_at_ms BIGINT NOT NULL,
   fence TEXT NOT NULL,           -- 15-digit zero-padded
   user_key TEXT NOT NULL,        -- the NFC-normalized user key
-  holder TEXT                    -- who took it (LockBackend::acquire_as); NULL when nobody said
+  holder TEXT,                   -- who took it (LockBackend::acquire_as); NULL when nobody said
+  contended BOOLEAN              -- an acquire was refused during this hold: its release announces
+                                 -- itself; FALSE: nobody was; NULL: not known (announced)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS {idx_lock_id} ON {locks} (lock_id);
 CREATE INDEX IF NOT EXISTS {idx_expires} ON {locks} (expires_at_ms);
@@ -27,15 +29,29 @@ BEGIN
 END
 $syncguard$;
 
+-- The contended column, added likewise to tables created without it (by an older syncguard, or
+-- by the TypeScript reference). Existing rows read NULL: not known, so their releases announce
+-- themselves, as they always did.
+DO $syncguard$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                 WHERE attrelid = '{locks}'::regclass AND attname = 'contended' AND NOT attisdropped) THEN
+    ALTER TABLE {locks} ADD COLUMN IF NOT EXISTS contended BOOLEAN;
+  END IF;
+END
+$syncguard$;
+
 -- A holder belongs to the lock it was stored with. A writer that gives the row another lock id
 -- without naming the holder (the TypeScript reference's upsert over an expired lock, or an
 -- older syncguard's) would otherwise hand the new lock the previous holder, who could then
--- re-enter a lock it never took: the row loses its holder instead. This library never changes
--- a row's lock id by UPDATE (its acquire deletes the expired row and inserts the new one).
+-- re-enter a lock it never took: the row loses its holder instead. Whether anyone was refused
+-- is not known of the new lock either (NULL: its release announces itself). This library never
+-- changes a row's lock id by UPDATE (its acquire deletes the expired row and inserts the new one).
 CREATE OR REPLACE FUNCTION {clear_holder}() RETURNS trigger
 LANGUAGE plpgsql AS $syncguard$
 BEGIN
   NEW.holder := NULL;
+  NEW.contended := NULL;
   RETURN NEW;
 END
 $syncguard$;
@@ -62,10 +78,13 @@ CREATE TABLE IF NOT EXISTS {fences} (
 -- liveness check, fence increment, lock upsert) as one server-side call. The advisory lock is
 -- the reference's, so acquires by TypeScript services serialize with these. With a holder
 -- (p_holder, NULL for none), a live lock stored with the same holder is re-entered: a fresh
--- lease (expires now + ttl, acquired now), the same lock id and fence. Returns the lock id
--- held: the new one, or the re-entered one; refused, it returns FALSE with the live holder's
--- expires_at_ms (the waiter tries again when that lease ends). (Installations set up before holders also keep
--- the seven-argument version of this function, which older syncguard versions call.)
+-- lease (expires now + ttl, acquired now), the same lock id, fence and contended mark. A new
+-- lock is not contended. Returns the lock id held: the new one, or the re-entered one;
+-- refused, it returns FALSE with the live holder's expires_at_ms (the waiter tries again when
+-- that lease ends), and marks the lock contended, so that its release wakes the waiters (the
+-- release statement announces only such releases). (Installations set up before
+-- holders also keep the seven-argument version of this function, which older syncguard
+-- versions call.)
 CREATE OR REPLACE FUNCTION {acquire}(
   p_key TEXT,
   p_user_key TEXT,
@@ -88,7 +107,7 @@ BEGIN
   -- Taken after the advisory lock, so it is never older than a competing holder's write.
   v_now := floor(extract(epoch FROM clock_timestamp()) * 1000)::BIGINT;
 
-  SELECT l.expires_at_ms, l.lock_id, l.fence, l.holder INTO v_current
+  SELECT l.expires_at_ms, l.lock_id, l.fence, l.holder, l.contended INTO v_current
     FROM {locks} AS l WHERE l.key = p_key FOR UPDATE;
   v_stored := FOUND;
   IF v_stored AND v_current.expires_at_ms > v_now - p_tolerance_ms THEN
@@ -97,6 +116,16 @@ BEGIN
         WHERE l.key = p_key;
       RETURN QUERY SELECT TRUE, v_now + p_ttl_ms, v_current.fence::BIGINT, v_current.lock_id;
       RETURN;
+    END IF;
+    -- Refused: the lock's release must announce itself. Only the first refusal of a hold
+    -- writes. The row is locked (FOR UPDATE above) until this call commits, so a release
+    -- cannot slip between the read and the mark: it waits, then deletes the marked row. A
+    -- refusal stores nothing of value (a lost mark costs a notification, and waiters poll), so
+    -- it does not wait for its commit to be flushed (nor would anything else the calling
+    -- transaction writes: this library runs the call as a statement of its own).
+    PERFORM set_config('synchronous_commit', 'off', true);
+    IF v_current.contended IS FALSE THEN
+      UPDATE {locks} AS l SET contended = TRUE WHERE l.key = p_key;
     END IF;
     RETURN QUERY SELECT FALSE, v_current.expires_at_ms, NULL::BIGINT, NULL::TEXT;
     RETURN;
@@ -123,8 +152,8 @@ BEGIN
   IF v_stored THEN
     DELETE FROM {locks} AS l WHERE l.key = p_key;
   END IF;
-  INSERT INTO {locks} (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key, holder)
-  VALUES (p_key, p_lock_id, v_now + p_ttl_ms, v_now, lpad(v_fence::TEXT, 15, '0'), p_user_key, p_holder);
+  INSERT INTO {locks} (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key, holder, contended)
+  VALUES (p_key, p_lock_id, v_now + p_ttl_ms, v_now, lpad(v_fence::TEXT, 15, '0'), p_user_key, p_holder, FALSE);
   RETURN QUERY SELECT TRUE, v_now + p_ttl_ms, v_fence, p_lock_id;
 END
 $syncguard$;

@@ -44,19 +44,31 @@ impl Inner {
             ..
         } = Names::new(&config);
         let now = now_ms!();
-        // A live lock deleted is announced to the waiters (`listener.rs`): NOTIFY is
-        // transactional, so only a committed release is. The payload is the normalized key;
-        // PostgreSQL refuses payloads of 8000 bytes or more, which no key of ours reaches (512
-        // at most) but a row written by hand could: such a release is not announced rather than
-        // failed. The aggregate makes PostgreSQL call `pg_notify` once per deleted row.
-        let announce = if config.release_notifications() {
-            format!(
-                ", (SELECT count(pg_notify('{channel}', user_key)) FROM released \
-                 WHERE octet_length(user_key) < 8000) AS announced",
-                channel = config.release_channel()
+        // A live lock deleted is announced to the waiters (`listener.rs`) when an acquire was
+        // refused while it was held (the acquire function marks it `contended`; NULL, in rows
+        // written without the mark, counts as contended). An uncontended release, the common
+        // case, sends nothing: PostgreSQL serializes the commits of notifying transactions
+        // server-wide until they are flushed, which would stop concurrent releases from sharing
+        // their WAL flushes. The mark is read through the row's JSON so that the statement
+        // runs on a table `setup_schema` has not upgraded yet (no column: announced, as
+        // before). NOTIFY is transactional: only a committed release is announced. The payload
+        // is the normalized key; PostgreSQL refuses payloads of 8000 bytes or more, which no
+        // key of ours reaches (512 at most) but a row written by hand could: such a release is
+        // not announced rather than failed. The aggregate makes PostgreSQL call `pg_notify`
+        // once per deleted row. An unannounced release answers with its key, so that this
+        // process's own waiters are woken without the server (`release_impl`).
+        let (returning, announce) = if config.release_notifications() {
+            (
+                ", (to_jsonb(l) -> 'contended') IS DISTINCT FROM 'false'::jsonb \
+                 AND octet_length(l.user_key) < 8000 AS announce",
+                format!(
+                    ", (SELECT count(pg_notify('{channel}', user_key)) FROM released WHERE announce) AS announced, \
+                     (SELECT user_key FROM released WHERE NOT announce) AS unannounced",
+                    channel = config.release_channel()
+                ),
             )
         } else {
-            String::new()
+            ("", String::new())
         };
         let lookup = |column: &str| {
             statement(format!(
@@ -73,10 +85,12 @@ impl Inner {
             )),
             // Resolve, verify ownership and liveness, and delete in one atomic statement. A
             // competing writer makes PostgreSQL re-check `lock_id` and expiry on the row's
-            // newest version, so a lock taken over in between is never deleted.
+            // newest version, so a lock taken over in between is never deleted, and the mark
+            // of a refusal that committed meanwhile is read.
             release: statement(format!(
                 "WITH target AS (SELECT 1 FROM {locks} WHERE lock_id = $1), \
-                 released AS (DELETE FROM {locks} WHERE lock_id = $1 AND expires_at_ms > {now} - $2 RETURNING user_key) \
+                 released AS (DELETE FROM {locks} AS l WHERE l.lock_id = $1 AND l.expires_at_ms > {now} - $2 \
+                   RETURNING l.user_key{returning}) \
                  SELECT EXISTS (SELECT 1 FROM released) AS released, EXISTS (SELECT 1 FROM target) AS found{announce}"
             )),
             extend: statement(format!(

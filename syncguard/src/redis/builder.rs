@@ -99,20 +99,21 @@ impl RedisBackendBuilder {
         self
     }
 
-    /// Whether releases are published on the release channel, waking waiters at once
-    /// (default `true`; see [`RedisConfig::publish_releases`]).
+    /// Whether the backend announces releases (publishes them on the release channel) and
+    /// listens for them (subscribes to it), so that waiters wake at once (default `true`; see
+    /// [`RedisConfig::release_notifications`]). Off, its waiters poll.
     ///
     /// ```
     /// let builder = syncguard::redis::RedisBackend::builder("redis://127.0.0.1")
-    ///     .publish_releases(false);
+    ///     .release_notifications(false);
     /// # let _ = builder;
     /// ```
-    pub fn publish_releases(mut self, enabled: bool) -> Self {
-        self.config.publish_releases = enabled;
+    pub fn release_notifications(mut self, enabled: bool) -> Self {
+        self.config.release_notifications = enabled;
         self
     }
 
-    /// Replaces the prefix, cleanup and publishing settings with `config`.
+    /// Replaces the prefix, cleanup and release notification settings with `config`.
     ///
     /// ```
     /// use syncguard::redis::{RedisBackend, RedisConfig};

@@ -40,7 +40,7 @@ pub use crate::time::CLEANUP_GUARD_MS;
 /// assert_eq!(config.prefix, "billing");
 /// assert!(config.cleanup_in_is_locked);
 /// assert_eq!(RedisConfig::default().prefix, "syncguard");
-/// assert!(RedisConfig::default().publish_releases);
+/// assert!(RedisConfig::default().release_notifications);
 /// ```
 ///
 /// # Default
@@ -49,7 +49,7 @@ pub use crate::time::CLEANUP_GUARD_MS;
 /// |---|---|
 /// | [`prefix`](Self::prefix) | [`DEFAULT_PREFIX`] (`"syncguard"`) |
 /// | [`cleanup_in_is_locked`](Self::cleanup_in_is_locked) | `false` |
-/// | [`publish_releases`](Self::publish_releases) | `true` |
+/// | [`release_notifications`](Self::release_notifications) | `true` |
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RedisConfig {
@@ -61,12 +61,14 @@ pub struct RedisConfig {
     /// and its index are deleted, never a fence counter. Redis also drops lock keys by their
     /// own TTL, so this only matters for keys written without one.
     pub cleanup_in_is_locked: bool,
-    /// Whether a release publishes the lock's key on the release channel `<prefix>:released`,
-    /// so that waiters (of every process) wake at once (default `true`; see
-    /// [waiting](super#waiting)). Off, this backend's releases reach waiters only through
-    /// their polling, as a reference (TypeScript) service's do; it still hears the releases
-    /// others publish.
-    pub publish_releases: bool,
+    /// Whether this backend announces releases and listens for them (default `true`; see
+    /// [waiting](super#waiting)). On, a release publishes the lock's key on the release channel
+    /// `<prefix>:released`, and the backend subscribes to it once something waits, so that
+    /// waiters (of every process) wake at once. Off, this backend neither publishes nor
+    /// subscribes: its waiters poll, and its releases reach other waiters only through their
+    /// polling, as a reference (TypeScript) service's do. The same switch as the PostgreSQL
+    /// backend's `PostgresConfig::with_release_notifications` (feature `postgres`).
+    pub release_notifications: bool,
 }
 
 impl Default for RedisConfig {
@@ -74,14 +76,14 @@ impl Default for RedisConfig {
         Self {
             prefix: DEFAULT_PREFIX.to_owned(),
             cleanup_in_is_locked: false,
-            publish_releases: true,
+            release_notifications: true,
         }
     }
 }
 
 impl RedisConfig {
     /// The default configuration: prefix `"syncguard"`, no cleanup in `is_locked`, releases
-    /// published.
+    /// announced and listened for.
     ///
     /// ```
     /// let config = syncguard::redis::RedisConfig::new();
@@ -115,17 +117,28 @@ impl RedisConfig {
         self
     }
 
-    /// Enables or disables publishing releases on the release channel (see
-    /// [`publish_releases`](Self::publish_releases)).
+    /// Enables or disables release notifications: publishing releases on the release channel,
+    /// and subscribing to it (see [`release_notifications`](Self::release_notifications)).
+    /// Off, the backend's waiters poll.
     ///
     /// ```
-    /// let config = syncguard::redis::RedisConfig::new().with_publish_releases(false);
-    /// assert!(!config.publish_releases);
+    /// let config = syncguard::redis::RedisConfig::new().with_release_notifications(false);
+    /// assert!(!config.release_notifications());
     /// ```
     #[must_use]
-    pub fn with_publish_releases(mut self, enabled: bool) -> Self {
-        self.publish_releases = enabled;
+    pub fn with_release_notifications(mut self, enabled: bool) -> Self {
+        self.release_notifications = enabled;
         self
+    }
+
+    /// Whether this backend announces releases and listens for them (see
+    /// [`release_notifications`](Self::release_notifications)).
+    ///
+    /// ```
+    /// assert!(syncguard::redis::RedisConfig::new().release_notifications());
+    /// ```
+    pub fn release_notifications(&self) -> bool {
+        self.release_notifications
     }
 }
 

@@ -90,7 +90,6 @@
 //!   `<prefix>:released` (`syncguard:released` by default; see
 //!   [`release_channel`](RedisBackend::release_channel)), in the script call that deletes it.
 //!   Nothing else publishes: not a release that finds the lock gone or expired, not an expiry.
-//!   [`publish_releases`](RedisBackendBuilder::publish_releases)`(false)` turns it off.
 //! - **Subscribe.** Each backend (shared by its clones) opens one more connection, the first
 //!   time something waits on it, subscribes to the channel, and hands every key it hears to
 //!   this process's waiters of that key: the first of them (they queue in arrival order) tries
@@ -101,12 +100,12 @@
 //!   holder's lease ends (a refused acquire reports the holder's stored `expiresAtMs`) and at
 //!   the retry policy's delays, and never waits past its deadline. So an expiry, a release by a
 //!   service that does not publish (the reference's TypeScript services, a backend with
-//!   publishing off) and a message lost while the subscriber was disconnected cost time, never
-//!   correctness. A lost subscriber connection is opened again after 100 ms, then at doubling
-//!   intervals up to 10 s while the server stays out of reach; once subscribed again, the
-//!   first waiter of every key tries its lock, in case its release went by meanwhile. A
-//!   connection silent for 10 s is checked with a `PING`, so that one a partition cut is
-//!   noticed.
+//!   release notifications off) and a message lost while the subscriber was disconnected cost
+//!   time, never correctness. A lost subscriber connection is opened again after 100 ms, then
+//!   at doubling intervals up to 10 s while the server stays out of reach; once subscribed
+//!   again, the first waiter of every key tries its lock, in case its release went by
+//!   meanwhile. A connection silent for 10 s is checked with a `PING`, so that one a partition
+//!   cut is noticed.
 //! - **Across processes** the first waiter of each process is woken and they race: one takes
 //!   the lock, the others wait again. Arrival order holds within a process only.
 //! - **Cost.** One connection per backend, opened only once something waits (it then stays
@@ -122,6 +121,12 @@
 //! - **A backend on a connection of yours** ([`from_connection_manager`],
 //!   [`from_pool`]) cannot tell where to subscribe: its waiters poll unless given the client
 //!   with [`with_release_client`](RedisBackend::with_release_client).
+//! - **Turning it off.** [`RedisConfig::with_release_notifications`]`(false)` (or the
+//!   builder's [`release_notifications`](RedisBackendBuilder::release_notifications)`(false)`)
+//!   turns both halves off, as the PostgreSQL backend's switch of the same name does: the
+//!   backend publishes nothing and subscribes to nothing, and its waiters poll (at the retry
+//!   policy's delays and at the holder's lease end). Other backends' waiters find its releases
+//!   by polling.
 //!
 //! [`from_connection_manager`]: RedisBackend::from_connection_manager
 //! [`from_pool`]: RedisBackend::from_pool
@@ -242,8 +247,8 @@ struct Inner {
     layout: Layout,
     /// The cleanup guard passed to `is_locked` (`0` = no cleanup).
     cleanup_guard_ms: u64,
-    /// Whether releases are published on the release channel.
-    publish_releases: bool,
+    /// Whether releases are published on the release channel and subscribed to.
+    release_notifications: bool,
     /// The release channel's subscriber, which wakes this process's waiters.
     releases: ReleaseSubscriber,
 }
@@ -350,13 +355,14 @@ impl RedisBackend {
         let layout = Layout::new(prefix);
         let header = batch::Header {
             index_prefix: layout.index_prefix().into(),
-            release_channel: if config.publish_releases {
+            release_channel: if config.release_notifications {
                 layout.release_channel().into()
             } else {
                 "".into()
             },
         };
-        let (client, net) = subscriber.unzip();
+        // Off, nothing subscribes (nor does a client given later).
+        let (client, net) = subscriber.filter(|_| config.release_notifications).unzip();
         let releases =
             ReleaseSubscriber::new(layout.release_channel(), client, net.unwrap_or_default());
         Ok(Self {
@@ -370,7 +376,7 @@ impl RedisBackend {
                 } else {
                     0
                 },
-                publish_releases: config.publish_releases,
+                release_notifications: config.release_notifications,
                 releases,
             }),
         })
@@ -396,10 +402,31 @@ impl RedisBackend {
     ///     .with_release_client(client);
     /// # let _ = backend; Ok(()) }
     /// ```
+    ///
+    /// With [release notifications](RedisConfig::release_notifications) off, it changes
+    /// nothing: the backend subscribes to nothing, and its waiters poll.
     #[must_use]
     pub fn with_release_client(self, client: ::redis::Client) -> Self {
-        self.inner.releases.set_client(client);
+        if self.inner.release_notifications {
+            self.inner.releases.set_client(client);
+        }
         self
+    }
+
+    /// Whether this backend announces releases and listens for them (see
+    /// [`RedisConfig::release_notifications`]).
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {
+    /// let backend = syncguard::redis::RedisBackend::builder("redis://127.0.0.1:6379")
+    ///     .release_notifications(false)
+    ///     .build()
+    ///     .await?;
+    /// assert!(!backend.release_notifications());
+    /// # Ok(()) }
+    /// ```
+    pub fn release_notifications(&self) -> bool {
+        self.inner.release_notifications
     }
 
     /// The Pub/Sub channel releases are published on and waiters listen to:
@@ -519,7 +546,7 @@ impl fmt::Debug for RedisBackend {
             .field("prefix", &self.prefix())
             .field("mode", &self.connection_mode())
             .field("cleanup_in_is_locked", &(self.inner.cleanup_guard_ms > 0))
-            .field("publish_releases", &self.inner.publish_releases)
+            .field("release_notifications", &self.inner.release_notifications)
             .field("subscribes", &self.inner.releases.has_client())
             .finish()
     }

@@ -348,8 +348,12 @@ impl LockBackend for RedisBackend {
     }
 
     /// Starts the subscriber connection the first time something waits (see
-    /// [waiting](super#waiting)); `None` when this backend does not know where to subscribe.
+    /// [waiting](super#waiting)); `None` when release notifications are off, or this backend
+    /// does not know where to subscribe.
     fn release_notifier(&self) -> Option<ReleaseNotifier> {
+        if !self.inner.release_notifications {
+            return None;
+        }
         self.inner.releases.notifier()
     }
 }

@@ -1,8 +1,8 @@
 //! Waiting on Redis: a release publishes the lock's key on `<prefix>:released` and wakes
 //! waiters (of the same backend and of others) long before their poll; the subscriber
 //! connection survives being killed, and waiters get the lock meanwhile; releases nobody
-//! publishes (a backend with publishing off, the reference's release) and expiries are found
-//! by polling and at the lease end, which a refusal reports; a cancelled wait leaves no
+//! publishes (a backend with release notifications off, the reference's release) and expiries
+//! are found by polling and at the lease end, which a refusal reports; a cancelled wait leaves no
 //! subscription and no lock behind, and a dropped backend closes its connection; a user
 //! without permission to publish still releases.
 //!
@@ -17,7 +17,7 @@ use std::time::Duration;
 use futures_core::Stream;
 use redis::aio::{MultiplexedConnection, PubSubStream};
 use syncguard::backend::{AcquireOutcome, ExtendOutcome, LockBackend};
-use syncguard::redis::{ConnectionMode, RedisBackend};
+use syncguard::redis::{ConnectionMode, RedisBackend, RedisConfig};
 use syncguard::{
     Backoff, Jitter, LockError, LockGuard, LockId, LockOptions, RetryPolicy, get_by_key,
 };
@@ -294,9 +294,10 @@ async fn expiry_without_release_wakes_waiters_at_the_lease_end() {
     guard.release().await.unwrap();
 }
 
-/// Releases nobody announces: by a backend with publishing off, and by the reference's release
-/// (a delete of the lock and its index, as its script does). The waiter gets the lock by
-/// polling, and nothing was published.
+/// Releases nobody announces: by a backend with release notifications off, and by the
+/// reference's release (a delete of the lock and its index, as its script does). The waiter
+/// gets the lock by polling, and nothing was published. A backend with notifications off does
+/// not listen either: its waiters poll, and it subscribes to nothing, even given a client.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn releases_nobody_publishes_are_found_by_polling() {
     let url = redis_url();
@@ -304,14 +305,14 @@ async fn releases_nobody_publishes_are_found_by_polling() {
     let waiting = backend_with_prefix(&url, &prefix).await;
     let silent = RedisBackend::builder(&url)
         .prefix(&prefix)
-        .publish_releases(false)
+        .release_notifications(false)
         .build()
         .await
         .unwrap();
     let mut messages = listen(&url, waiting.release_channel()).await;
     let poll = Duration::from_millis(500);
 
-    // A backend with publishing off.
+    // A backend with notifications off.
     let key = unique("silent");
     let lease = acquired(&silent, &key, Duration::from_secs(30)).await;
     let waiter = spawn_waiter(&waiting, &key, waiting_every(poll));
@@ -365,6 +366,45 @@ async fn releases_nobody_publishes_are_found_by_polling() {
     // The first guard's lock is gone; its release finds nothing.
     drop(guard);
     second.release().await.unwrap();
+
+    // Off, the backend does not listen: its waiter finds a published release by polling, and
+    // the channel's subscribers are this test's and the waiting backend's.
+    assert!(!silent.release_notifications());
+    assert!(silent.release_notifier().is_none());
+    let key = unique("silent-waiter");
+    let lease = acquired(&waiting, &key, Duration::from_secs(30)).await;
+    let waiter = spawn_waiter(&silent, &key, waiting_every(poll));
+    sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "the key is held");
+    let released = Instant::now();
+    assert!(waiting.release(&lease.lock_id).await.unwrap().is_released());
+    taken(waiter, PROMPT).await.release().await.unwrap();
+    eprintln!(
+        "redis: a waiter of a backend with notifications off found a release by polling every {poll:?}: {:?}",
+        released.elapsed()
+    );
+    let channel = waiting.release_channel().to_owned();
+    assert_eq!(
+        subscribers(&mut conn, &channel).await,
+        2,
+        "nothing else subscribes"
+    );
+
+    // Nor does a backend on a connection of yours, given the client to subscribe with.
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let manager = redis::aio::ConnectionManager::new(client.clone())
+        .await
+        .unwrap();
+    let on_yours = RedisBackend::from_connection_manager(
+        manager,
+        RedisConfig::new()
+            .with_prefix(&prefix)
+            .with_release_notifications(false),
+    )
+    .unwrap()
+    .with_release_client(client);
+    assert!(!on_yours.release_notifications());
+    assert!(on_yours.release_notifier().is_none());
 }
 
 /// The subscriber connection killed again and again (`CLIENT KILL TYPE pubsub`, on a server
