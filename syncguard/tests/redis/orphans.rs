@@ -16,14 +16,24 @@ use crate::{acquired, manager_backend, raw, redis_url, unique};
 async fn abandoned_acquires_do_not_leave_locks_held() {
     let backend = manager_backend().await;
     let keys: Vec<String> = (0..50).map(|_| unique("abandoned")).collect();
+    let mut abandoned = 0;
     for key in &keys {
         // Polled once (the call is queued), then dropped before the reply.
         let mut attempt = std::pin::pin!(backend.acquire(key, Duration::from_secs(60)));
         let polled = attempt
             .as_mut()
             .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
-        assert!(polled.is_pending(), "no reply can have come yet");
+        match polled {
+            std::task::Poll::Pending => abandoned += 1,
+            // The batch task (on the other worker) had its answer before this thread, preempted
+            // on a loaded machine, looked: an ordinary acquisition, released here.
+            std::task::Poll::Ready(outcome) => {
+                let lease = outcome.unwrap().lease().expect("a fresh key is free");
+                assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+            }
+        }
     }
+    assert!(abandoned > 0, "no acquire was abandoned before its reply");
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut conn = raw(&redis_url()).await;
     for key in &keys {
