@@ -10,9 +10,12 @@
 //! Each waiter takes the lock, holds it, releases it and at once asks for it again (the
 //! adversarial hot key: the releaser is the quickest to ask). Each row gives the successful
 //! acquisitions per second; the share of them the waiter that had just released took again
-//! (no handoff); the mean time of a release call (the handoff includes it); the handoff latency to another waiter (from the moment a holder calls release
-//! to the moment the next holder's `acquire` returns) at p50 and p99;
-//! the backend operations (acquire, release, extend calls, counted by a decorator) per
+//! (no handoff); the mean time of a release call; the handoff latency to another waiter at p50
+//! and p99, from the moment a holder calls release to the moment the next holder's `acquire`
+//! returns, and p50 from the moment the release call returns (the release's own round trip
+//! left out; 0 when the next holder had the lock first);
+//! the backend operations (acquire, release, extend calls, counted by
+//! `syncguard::conformance::FaultyBackend`) per
 //! successful acquisition; on Redis, the server's CPU time per acquisition (`INFO cpu`); the
 //! longest time any waiter waited for the lock (a wait that ended in a timeout counts, and
 //! the number of timeouts is given); and, as the baseline of the same run, the backend's
@@ -26,76 +29,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use syncguard::backend::{
-    AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockInfo, Lookup,
-    ReleaseNotifier, ReleaseOutcome,
-};
+use syncguard::backend::LockBackend;
+use syncguard::conformance::FaultyBackend;
 use syncguard::postgres::{PostgresBackend, PostgresConfig, setup_schema};
-use syncguard::{LockError, LockId, LockOptions, MemoryBackend, RedisBackend, RetryPolicy};
+use syncguard::{LockId, LockOptions, MemoryBackend, RedisBackend, RetryPolicy};
 use tokio::time::Instant;
 
 const WAITERS: [usize; 3] = [2, 16, 64];
 const HOLDS: [Duration; 2] = [Duration::from_millis(1), Duration::from_millis(10)];
 const WARMUP: Duration = Duration::from_millis(500);
-
-/// A backend that counts the operations a waiter's lock costs (acquire, release, extend).
-struct Counting {
-    inner: Arc<dyn LockBackend>,
-    operations: AtomicU64,
-}
-
-impl Counting {
-    fn count(&self) {
-        self.operations.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-impl LockBackend for Counting {
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
-        self.count();
-        self.inner.acquire(key, ttl)
-    }
-
-    fn release<'a>(
-        &'a self,
-        lock_id: &'a LockId,
-    ) -> BoxFuture<'a, Result<ReleaseOutcome, LockError>> {
-        self.count();
-        self.inner.release(lock_id)
-    }
-
-    fn extend<'a>(
-        &'a self,
-        lock_id: &'a LockId,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
-        self.count();
-        self.inner.extend(lock_id, ttl)
-    }
-
-    fn is_locked<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
-        self.inner.is_locked(key)
-    }
-
-    fn lookup<'a>(
-        &'a self,
-        query: Lookup<'a>,
-    ) -> BoxFuture<'a, Result<Option<LockInfo>, LockError>> {
-        self.inner.lookup(query)
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    fn release_notifier(&self) -> Option<ReleaseNotifier> {
-        self.inner.release_notifier()
-    }
-}
 
 fn measured_time() -> Duration {
     let secs = std::env::var("SYNCGUARD_BENCH_SECS")
@@ -151,7 +93,9 @@ struct Row {
     regained: u64,
     /// The mean time of a release call.
     release_call: Duration,
+    /// Handoffs to another waiter, from the release call and from its return (sorted).
     handoffs_us: Vec<u32>,
+    handoffs_after_return_us: Vec<u32>,
     operations: u64,
     server_cpu: Option<f64>,
     longest_wait: Duration,
@@ -162,20 +106,29 @@ struct Row {
 /// Everything the waiters of one row share.
 #[derive(Default)]
 struct Shared {
-    /// When the current holder called release, and which waiter it was (taken by the next
-    /// holder).
-    released_at: Mutex<Option<(Instant, usize)>>,
+    /// The current holder's release (an index into `releases`), and which waiter it was
+    /// (taken by the next holder).
+    released_at: Mutex<Option<(usize, usize)>>,
+    /// Every release: when it was called, when the call returned, and when another waiter's
+    /// `acquire` returned with the lock next (if that counted as a handoff).
+    releases: Mutex<Vec<Release>>,
     /// Acquisitions by the waiter that had just released (no handoff to another waiter).
     regained: AtomicU64,
     /// The time release calls took, in all, and how many there were.
     release_call_us: AtomicU64,
     release_calls: AtomicU64,
-    handoffs_us: Mutex<Vec<u32>>,
     acquisitions: AtomicU64,
     longest_wait_us: AtomicU64,
     timeouts: AtomicU64,
     /// When each waiter began its current wait (`None` while it holds the lock).
     waiting_since: Mutex<Vec<Option<Instant>>>,
+}
+
+#[derive(Clone, Copy)]
+struct Release {
+    called: Instant,
+    returned: Option<Instant>,
+    handed_over: Option<Instant>,
 }
 
 impl Shared {
@@ -191,7 +144,7 @@ impl Shared {
 }
 
 async fn row(
-    backend: &Arc<Counting>,
+    backend: &FaultyBackend,
     redis_url: Option<&str>,
     waiters: usize,
     hold: Duration,
@@ -209,7 +162,7 @@ async fn row(
         waiting_since: Mutex::new(vec![None; waiters]),
         ..Shared::default()
     });
-    let shared_backend: Arc<dyn LockBackend> = backend.clone();
+    let shared_backend: Arc<dyn LockBackend> = Arc::new(backend.clone());
     let tasks: Vec<_> = (0..waiters)
         .map(|waiter| {
             let (backend, key, options, shared) = (
@@ -240,21 +193,28 @@ async fn row(
                                     Some((_, by)) if by == waiter => {
                                         shared.regained.fetch_add(1, Ordering::Relaxed);
                                     }
-                                    Some((released_at, _)) => {
-                                        let handoff = (ended - released_at).as_micros();
-                                        shared
-                                            .handoffs_us
-                                            .lock()
-                                            .unwrap()
-                                            .push(u32::try_from(handoff).unwrap_or(u32::MAX));
+                                    Some((release, _)) => {
+                                        shared.releases.lock().unwrap()[release].handed_over =
+                                            Some(ended);
                                     }
                                     None => {}
                                 }
                             }
                             tokio::time::sleep(hold).await;
                             let calling = Instant::now();
-                            *shared.released_at.lock().unwrap() = Some((calling, waiter));
+                            let release = {
+                                let mut releases = shared.releases.lock().unwrap();
+                                releases.push(Release {
+                                    called: calling,
+                                    returned: None,
+                                    handed_over: None,
+                                });
+                                releases.len() - 1
+                            };
+                            *shared.released_at.lock().unwrap() = Some((release, waiter));
                             guard.release().await.expect("release");
+                            shared.releases.lock().unwrap()[release].returned =
+                                Some(Instant::now());
                             shared.release_call_us.fetch_add(
                                 u64::try_from(calling.elapsed().as_micros()).unwrap_or(0),
                                 Ordering::Relaxed,
@@ -274,13 +234,13 @@ async fn row(
         })
         .collect();
     tokio::time::sleep_until(start).await;
-    let operations_before = backend.operations.load(Ordering::Relaxed);
+    let operations_before = backend.operations();
     let cpu_before = match redis_url {
         Some(url) => Some(redis_cpu(url).await),
         None => None,
     };
     tokio::time::sleep_until(end).await;
-    let operations = backend.operations.load(Ordering::Relaxed) - operations_before;
+    let operations = backend.operations() - operations_before;
     // Waits still going on at the end count as far as they got.
     for since in shared.waiting_since.lock().unwrap().iter().flatten() {
         shared.waited(end.saturating_duration_since(*since));
@@ -292,8 +252,16 @@ async fn row(
     for task in tasks {
         task.await.expect("waiter");
     }
-    let mut handoffs_us = std::mem::take(&mut *shared.handoffs_us.lock().unwrap());
+    let micros = |d: Duration| u32::try_from(d.as_micros()).unwrap_or(u32::MAX);
+    let (mut handoffs_us, mut handoffs_after_return_us) = (Vec::new(), Vec::new());
+    for release in shared.releases.lock().unwrap().iter() {
+        if let (Some(handed_over), Some(returned)) = (release.handed_over, release.returned) {
+            handoffs_us.push(micros(handed_over - release.called));
+            handoffs_after_return_us.push(micros(handed_over.saturating_duration_since(returned)));
+        }
+    }
     handoffs_us.sort_unstable();
+    handoffs_after_return_us.sort_unstable();
     Row {
         acquisitions: shared.acquisitions.load(Ordering::Relaxed),
         regained: shared.regained.load(Ordering::Relaxed),
@@ -302,6 +270,7 @@ async fn row(
                 / shared.release_calls.load(Ordering::Relaxed).max(1),
         ),
         handoffs_us,
+        handoffs_after_return_us,
         operations,
         server_cpu,
         longest_wait: Duration::from_micros(shared.longest_wait_us.load(Ordering::Relaxed)),
@@ -311,7 +280,7 @@ async fn row(
 }
 
 /// The backend's round trip, as the baseline: p50 of an uncontended acquire, in µs.
-async fn round_trip_us(backend: &Counting) -> u32 {
+async fn round_trip_us(backend: &FaultyBackend) -> u32 {
     let key = format!("bench:round-trip:{}", LockId::generate());
     let mut samples = Vec::new();
     for _ in 0..200 {
@@ -331,16 +300,13 @@ async fn round_trip_us(backend: &Counting) -> u32 {
 }
 
 async fn bench_backend(name: &str, backend: Arc<dyn LockBackend>, redis_url: Option<&str>) {
-    let backend = Arc::new(Counting {
-        inner: backend,
-        operations: AtomicU64::new(0),
-    });
+    let backend = FaultyBackend::shared(backend);
     let round_trip = round_trip_us(&backend).await;
     println!("\n{name}: round trip (uncontended acquire) p50 {round_trip} µs\n");
     println!(
-        "| policy | waiters | hold | acquisitions/s | regained | release call | handoff p50 | handoff p99 | ops/acq | server µs/acq | longest wait | timeouts |"
+        "| policy | waiters | hold | acquisitions/s | regained | release call | handoff p50 | handoff p99 | after return p50 | ops/acq | server µs/acq | longest wait | timeouts |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for waiters in WAITERS {
         for hold in HOLDS {
             for notified in [false, true] {
@@ -351,7 +317,7 @@ async fn bench_backend(name: &str, backend: Arc<dyn LockBackend>, redis_url: Opt
                     |cpu| format!("{:.0}", per_acq(cpu * 1e6)),
                 );
                 println!(
-                    "| {} | {waiters} | {} ms | {:.0} | {:.0} % | {:.2} ms | {:.2} ms | {:.2} ms | {:.1} | {server} | {:.2} s | {} |",
+                    "| {} | {waiters} | {} ms | {:.0} | {:.0} % | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.1} | {server} | {:.2} s | {} |",
                     if notified { "notified" } else { "polling" },
                     hold.as_millis(),
                     row.acquisitions as f64 / row.measured.as_secs_f64(),
@@ -359,6 +325,7 @@ async fn bench_backend(name: &str, backend: Arc<dyn LockBackend>, redis_url: Opt
                     row.release_call.as_secs_f64() * 1000.0,
                     f64::from(percentile(&row.handoffs_us, 0.5)) / 1000.0,
                     f64::from(percentile(&row.handoffs_us, 0.99)) / 1000.0,
+                    f64::from(percentile(&row.handoffs_after_return_us, 0.5)) / 1000.0,
                     per_acq(row.operations as f64),
                     row.longest_wait.as_secs_f64(),
                     row.timeouts,

@@ -250,8 +250,9 @@ impl<'o> Acquisition<'o> {
             .map(|notifier| notifier.watch(&self.key));
         // A newcomer behind earlier waiters of this process waits for its turn.
         let mut attempt_now = watch.as_ref().is_none_or(ReleaseWatch::is_first);
-        // The next attempt the policy's delays allow, and when the holder's lease ends.
-        let mut next_poll: Option<Instant> = None;
+        // The next attempt the policy's delays allow (and the delay it came from), and when
+        // the holder's lease ends.
+        let mut next_poll: Option<(Instant, Duration)> = None;
         let mut holder_ends: Option<Instant> = None;
         loop {
             if attempt_now {
@@ -274,14 +275,14 @@ impl<'o> Acquisition<'o> {
             }
             if next_poll.is_none() {
                 match delays.next() {
-                    Some(delay) => next_poll = Some(later(now, delay)),
+                    Some(delay) => next_poll = Some((later(now, delay), delay)),
                     None => return Err(self.contended()),
                 }
             }
             // Only the first waiter polls; the others wait for their turn (or the deadline).
             let mut wake_at = deadline;
             if watch.as_ref().is_none_or(ReleaseWatch::is_first) {
-                wake_at = wake_at.min(next_poll.unwrap_or(deadline));
+                wake_at = wake_at.min(next_poll.map_or(deadline, |(at, _)| at));
                 if let Some(ends) = holder_ends.filter(|ends| *ends > now) {
                     wake_at = wake_at.min(ends);
                 }
@@ -297,13 +298,17 @@ impl<'o> Acquisition<'o> {
                     Wake::Wait { holder_expires_at_ms } => {
                         attempt_now = false;
                         holder_ends = holder_expires_at_ms.map(lease_over_at);
+                        // First in line behind a lock that was just taken: a poll that fell
+                        // due while waiting for the turn would only be refused, so the
+                        // pending delay counts from now.
+                        next_poll = next_poll.map(|(_, delay)| (later(Instant::now(), delay), delay));
                     }
                     _ => attempt_now = true,
                 },
                 () = tokio::time::sleep_until(wake_at) => {
                     attempt_now = true;
                     // What came due is used up: a poll, or the holder's lease end.
-                    next_poll = next_poll.filter(|poll| *poll > wake_at);
+                    next_poll = next_poll.filter(|(poll, _)| *poll > wake_at);
                     holder_ends = holder_ends.filter(|ends| *ends > wake_at);
                 }
             }

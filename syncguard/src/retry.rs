@@ -50,7 +50,8 @@ pub enum Jitter {
 /// announced (an expiry, a peer that does not publish, a lost announcement). Attempts made on
 /// an announcement do not use up retries. The waiters of one key in one process take turns in
 /// arrival order: only the first tries on an announcement, and a newcomer queues behind them
-/// instead of trying first. [`with_wake_on_release(false)`](Self::with_wake_on_release)
+/// instead of trying first; a waiter that becomes first because the one ahead took the lock
+/// counts its pending delay from then. [`with_wake_on_release(false)`](Self::with_wake_on_release)
 /// polls at the delays alone.
 ///
 /// ```

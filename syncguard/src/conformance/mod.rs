@@ -22,6 +22,7 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 
 mod entry_points;
+mod faulty;
 pub mod history;
 mod holders;
 mod lease_safety;
@@ -33,6 +34,7 @@ pub use entry_points::{
     try_acquire_on_a_held_key_changes_nothing,
 };
 
+pub use faulty::FaultyBackend;
 pub use holders::{
     a_lock_without_holder_is_not_reentered, bad_holders_change_nothing,
     extend_by_adds_to_the_expiry, holders_are_reentrant_and_exclusive,
@@ -43,8 +45,8 @@ pub use lease_safety::{
 };
 pub use min_hold::min_hold_keeps_a_released_lock;
 pub use waiting::{
-    a_cancelled_wait_leaves_nothing_behind, waiters_take_turns_in_arrival_order,
-    waiters_wake_on_release, waiters_wake_when_the_lease_ends,
+    a_cancelled_wait_leaves_nothing_behind, a_waiter_whose_turn_comes_waits_for_the_release,
+    waiters_take_turns_in_arrival_order, waiters_wake_on_release, waiters_wake_when_the_lease_ends,
 };
 
 use crate::backend::{
@@ -76,7 +78,7 @@ macro_rules! conformance_tests {
             extend_by_adds_to_the_expiry, bad_holders_change_nothing,
             waiters_wake_on_release, waiters_wake_when_the_lease_ends,
             waiters_take_turns_in_arrival_order, a_cancelled_wait_leaves_nothing_behind,
-            min_hold_keeps_a_released_lock
+            a_waiter_whose_turn_comes_waits_for_the_release, min_hold_keeps_a_released_lock
         );
     };
     (@each $make:expr; $($check:ident),* $(,)?) => {

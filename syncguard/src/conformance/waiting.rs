@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::{Instant, sleep, timeout};
 
-use super::{acquired, unique_key};
+use super::{FaultyBackend, acquired, unique_key};
 use crate::backend::{AcquireOutcome, LockBackend};
 use crate::time::now_ms;
 use crate::{Backoff, Jitter, LockOptions, RetryPolicy};
@@ -206,6 +206,60 @@ pub async fn a_cancelled_wait_leaves_nothing_behind<B: LockBackend + Clone + 'st
         .unwrap();
     guard.release().await.unwrap();
     assert!(!backend.is_locked(&key).await.unwrap());
+}
+
+/// A waiter whose turn comes because the one ahead took the lock does not try it at once
+/// (it was just taken), even though its poll fell due while it queued: it waits for the
+/// release, so that on a hot key a waiter's only attempt is the one that takes the lock.
+pub async fn a_waiter_whose_turn_comes_waits_for_the_release<B: LockBackend + Clone + 'static>(
+    backend: B,
+) {
+    const POLL: Duration = Duration::from_secs(1);
+    let key = unique_key("turn-comes");
+    let notified = backend.release_notifier().is_some();
+    let holder = acquired(&backend, &key, Duration::from_secs(30)).await;
+    let options = waiting_every(POLL);
+    let spawn_waiter = |counted: FaultyBackend, hold: Duration| {
+        let (key, options) = (key.clone(), options.clone());
+        tokio::spawn(async move {
+            let guard = crate::acquire(&counted, &key, &options)
+                .await
+                .expect("the waiter gets its turn");
+            let fence = guard.fence();
+            sleep(hold).await;
+            guard.release().await.unwrap();
+            fence
+        })
+    };
+    let (ahead, behind) = (
+        FaultyBackend::new(backend.clone()),
+        FaultyBackend::new(backend.clone()),
+    );
+    let first = spawn_waiter(ahead, Duration::from_millis(20));
+    sleep(Duration::from_millis(200)).await;
+    let second = spawn_waiter(behind.clone(), Duration::ZERO);
+    // The second waiter's poll falls due while the first one is still first.
+    sleep(POLL + Duration::from_millis(500)).await;
+    if notified {
+        assert_eq!(behind.acquires(), 0, "only the first waiter tries");
+    }
+    assert!(
+        backend
+            .release(&holder.lock_id)
+            .await
+            .unwrap()
+            .is_released()
+    );
+    let first = timeout(PROMPT, first).await.expect("prompt").unwrap();
+    let second = timeout(PROMPT, second).await.expect("prompt").unwrap();
+    assert!(holder.fence < first && first < second, "fences grow");
+    if notified {
+        assert_eq!(
+            behind.acquires(),
+            1,
+            "the second waiter tried once: on the first one's release"
+        );
+    }
 }
 
 /// Whether a waiter of `key` is queued in `notifier` (a watch that is not first means one is).
