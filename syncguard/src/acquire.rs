@@ -175,8 +175,8 @@ enum Keeping {
     Driven,
 }
 
-/// The attempts of one acquisition: when the first was sent (the start of the wait), how
-/// many were made, and who hears of the result.
+/// The attempts of one acquisition: when it began (the start of the wait), how many were
+/// made, and who hears of the result.
 struct Acquisition<'o> {
     backend: Arc<dyn LockBackend>,
     /// The normalized key.
@@ -185,7 +185,8 @@ struct Acquisition<'o> {
     observer: Option<Arc<dyn LockObserver>>,
     /// Who the lock is taken for ([`LockBackend::acquire_as`]); `None`: a plain acquire.
     holder: Option<String>,
-    first: SentAt,
+    /// When the acquisition began: the start of the wait.
+    began: Instant,
     made: u32,
 }
 
@@ -202,7 +203,7 @@ impl<'o> Acquisition<'o> {
             key,
             options,
             holder: None,
-            first: SentAt::now(),
+            began: Instant::now(),
             made: 0,
         })
     }
@@ -210,11 +211,9 @@ impl<'o> Acquisition<'o> {
     /// One attempt: the lease and when it was asked for, or what the refusal said.
     async fn attempt(&mut self) -> Result<Attempt, LockError> {
         self.made += 1;
-        let sent = if self.made == 1 {
-            self.first
-        } else {
-            SentAt::now()
-        };
+        // Each attempt's own time: a waiter queued behind others makes its first attempt long
+        // after the wait began, and its lease counts from the request that took it.
+        let sent = SentAt::now();
         let ttl = self.options.ttl();
         let outcome = match &self.holder {
             Some(holder) => self.backend.acquire_as(&self.key, ttl, holder).await,
@@ -223,7 +222,7 @@ impl<'o> Acquisition<'o> {
         match outcome {
             Ok(AcquireOutcome::Acquired(lease)) => {
                 if let Some(observer) = &self.observer {
-                    let waited = self.first.instant.elapsed();
+                    let waited = self.began.elapsed();
                     observer.acquired(&self.key, &lease, waited, self.made);
                 }
                 Ok(Attempt::Taken(lease, sent))
@@ -238,7 +237,7 @@ impl<'o> Acquisition<'o> {
     /// lease ends. See [`RetryPolicy`](crate::RetryPolicy) for what a waiter may expect.
     async fn wait(mut self, keeping: Keeping) -> Result<LockGuard, LockError> {
         let retry = *self.options.retry();
-        let deadline = later(self.first.instant, retry.timeout());
+        let deadline = later(self.began, retry.timeout());
         let mut delays = retry.delays();
         let waits = retry.max_retries() > 0 && !retry.timeout().is_zero();
         // Joined before the first attempt, so that no release between a refusal and the wait
@@ -337,7 +336,7 @@ impl<'o> Acquisition<'o> {
             LockError::AcquisitionTimeout {
                 lock,
                 attempts: self.made,
-                elapsed: self.first.instant.elapsed(),
+                elapsed: self.began.elapsed(),
             }
         };
         self.gave_up(error)
@@ -345,7 +344,7 @@ impl<'o> Acquisition<'o> {
 
     fn gave_up(&self, error: LockError) -> LockError {
         if let Some(observer) = &self.observer {
-            let waited = self.first.instant.elapsed();
+            let waited = self.began.elapsed();
             observer.gave_up(&self.key, &error, waited, self.made);
         }
         error

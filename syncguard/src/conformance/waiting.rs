@@ -210,7 +210,8 @@ pub async fn a_cancelled_wait_leaves_nothing_behind<B: LockBackend + Clone + 'st
 
 /// A waiter whose turn comes because the one ahead took the lock does not try it at once
 /// (it was just taken), even though its poll fell due while it queued: it waits for the
-/// release, so that on a hot key a waiter's only attempt is the one that takes the lock.
+/// release, so that on a hot key a waiter's only attempt is the one that takes the lock. Its
+/// lease counts from that attempt, not from the start of its wait (longer than the ttl here).
 pub async fn a_waiter_whose_turn_comes_waits_for_the_release<B: LockBackend + Clone + 'static>(
     backend: B,
 ) {
@@ -218,13 +219,22 @@ pub async fn a_waiter_whose_turn_comes_waits_for_the_release<B: LockBackend + Cl
     let key = unique_key("turn-comes");
     let notified = backend.release_notifier().is_some();
     let holder = acquired(&backend, &key, Duration::from_secs(30)).await;
-    let options = waiting_every(POLL);
+    let options = LockOptions::builder()
+        .ttl(POLL)
+        .retry(*waiting_every(POLL).retry())
+        .build()
+        .expect("valid options");
     let spawn_waiter = |counted: FaultyBackend, hold: Duration| {
         let (key, options) = (key.clone(), options.clone());
         tokio::spawn(async move {
             let guard = crate::acquire(&counted, &key, &options)
                 .await
                 .expect("the waiter gets its turn");
+            assert!(
+                guard.is_held(),
+                "a lease taken after a long wait is live: {:?}",
+                guard.lost_reason()
+            );
             let fence = guard.fence();
             sleep(hold).await;
             guard.release().await.unwrap();
