@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use http::{Method, StatusCode};
 use serde_json::json;
-use support::{FlakyBackend, TestServer, assert_error_id, now_seconds};
+use support::{TestServer, assert_error_id, flaky_backend, now_seconds};
 use syncguard_server::Auth;
 
 #[tokio::test]
@@ -173,7 +173,7 @@ async fn head_and_options() {
 
 #[tokio::test]
 async fn backend_failures_are_503() {
-    let backend = FlakyBackend::default();
+    let backend = flaky_backend();
     let server = TestServer::start(Arc::new(backend.clone()), Auth::disabled()).await;
     assert_eq!(
         server

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use http::StatusCode;
 use support::process::{ServerProcess, failed_start};
-use support::{FlakyBackend, TestServer};
+use support::{TestServer, flaky_backend};
 use syncguard::MemoryBackend;
 use syncguard::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockInfo, Lookup,
@@ -145,7 +145,7 @@ fn backends_without_holders_are_refused() {
 
 #[tokio::test]
 async fn graceful_shutdown_finishes_requests_in_flight() {
-    let backend = FlakyBackend::default();
+    let backend = flaky_backend();
     let app = router(Arc::new(backend.clone()), Auth::disabled()).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();

@@ -23,17 +23,14 @@
 //! backend names (`memory,redis,postgres`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rand::Rng as _;
-use syncguard::backend::{
-    AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockInfo, Lookup,
-    ReleaseNotifier, ReleaseOutcome,
-};
+use syncguard::backend::LockBackend;
+use syncguard::conformance::FaultyBackend;
 use syncguard::leader::Election;
 use syncguard::postgres::{PostgresBackend, PostgresConfig, setup_schema};
-use syncguard::{LockError, LockId, MemoryBackend, RedisBackend};
+use syncguard::{LockId, MemoryBackend, RedisBackend};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep, timeout};
 use tokio_util::sync::CancellationToken;
@@ -75,104 +72,6 @@ impl Ending {
             .ok()
             .and_then(|rounds| rounds.parse().ok())
             .unwrap_or(default)
-    }
-}
-
-/// A backend instance whose process can die: every call fails from then on.
-struct Mortal {
-    inner: Arc<dyn LockBackend>,
-    dead: AtomicBool,
-}
-
-impl Mortal {
-    fn alive(&self) -> Result<(), LockError> {
-        if self.dead.load(Ordering::SeqCst) {
-            Err(LockError::service_unavailable("the process is gone"))
-        } else {
-            Ok(())
-        }
-    }
-}
-
-impl LockBackend for Mortal {
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
-        Box::pin(async move {
-            self.alive()?;
-            self.inner.acquire(key, ttl).await
-        })
-    }
-
-    fn release<'a>(
-        &'a self,
-        lock_id: &'a LockId,
-    ) -> BoxFuture<'a, Result<ReleaseOutcome, LockError>> {
-        Box::pin(async move {
-            self.alive()?;
-            self.inner.release(lock_id).await
-        })
-    }
-
-    fn extend<'a>(
-        &'a self,
-        lock_id: &'a LockId,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
-        Box::pin(async move {
-            self.alive()?;
-            self.inner.extend(lock_id, ttl).await
-        })
-    }
-
-    fn is_locked<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(async move {
-            self.alive()?;
-            self.inner.is_locked(key).await
-        })
-    }
-
-    fn lookup<'a>(
-        &'a self,
-        query: Lookup<'a>,
-    ) -> BoxFuture<'a, Result<Option<LockInfo>, LockError>> {
-        Box::pin(async move {
-            self.alive()?;
-            self.inner.lookup(query).await
-        })
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    fn acquire_as<'a>(
-        &'a self,
-        key: &'a str,
-        ttl: Duration,
-        holder: &'a str,
-    ) -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
-        Box::pin(async move {
-            self.alive()?;
-            self.inner.acquire_as(key, ttl, holder).await
-        })
-    }
-
-    fn extend_by<'a>(
-        &'a self,
-        lock_id: &'a LockId,
-        by: Duration,
-    ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
-        Box::pin(async move {
-            self.alive()?;
-            self.inner.extend_by(lock_id, by).await
-        })
-    }
-
-    fn release_notifier(&self) -> Option<ReleaseNotifier> {
-        self.inner.release_notifier()
     }
 }
 
@@ -232,11 +131,9 @@ async fn failovers(backends: &[Arc<dyn LockBackend>; 2], ending: Ending) -> Vec<
     let ttl = ending.ttl();
     let mut measured = Vec::new();
     for _ in 0..ending.rounds() {
-        let mortal = Arc::new(Mortal {
-            inner: Arc::clone(&backends[0]),
-            dead: AtomicBool::new(false),
-        });
-        let leader_backend: Arc<dyn LockBackend> = mortal.clone();
+        // The leader's process, which can die: every call fails from then on.
+        let mortal = FaultyBackend::shared(Arc::clone(&backends[0]));
+        let leader_backend: Arc<dyn LockBackend> = Arc::new(mortal.clone());
         let leader = Election::builder(&leader_backend, &name)
             .identity("leader")
             .ttl(ttl)
@@ -274,7 +171,7 @@ async fn failovers(backends: &[Arc<dyn LockBackend>; 2], ending: Ending) -> Vec<
                 assert!(leadership.resign().await.expect("resign"));
             }
             Ending::Killed => {
-                mortal.dead.store(true, Ordering::SeqCst);
+                mortal.fail(true);
                 drop(leadership); // its release fails: the lock is left to expire
             }
         }

@@ -1,5 +1,5 @@
 //! What the HTTP tests share: a server on loopback, a small HTTP client, a backend that fails
-//! on demand; and ([`process`]) the built binary run as a process.
+//! on demand ([`flaky_backend`]); and ([`process`]) the built binary run as a process.
 
 #![allow(dead_code, unreachable_pub)] // Each test binary uses a part.
 
@@ -7,7 +7,6 @@ pub mod process;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -17,11 +16,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
-use syncguard::backend::{
-    AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockInfo, Lookup,
-    ReleaseOutcome,
-};
-use syncguard::{LockError, LockId, MemoryBackend};
+use syncguard::MemoryBackend;
+use syncguard::backend::LockBackend;
+use syncguard::conformance::FaultyBackend;
 use syncguard_server::{Auth, router};
 use tokio::net::TcpListener;
 
@@ -187,110 +184,8 @@ pub fn now_seconds() -> u64 {
         .as_secs()
 }
 
-/// A memory backend that fails every call while told to (as an unreachable store would),
-/// and can be slowed down.
-#[derive(Clone, Default)]
-pub struct FlakyBackend {
-    inner: Arc<MemoryBackend>,
-    failing: Arc<AtomicBool>,
-    slow: Arc<AtomicBool>,
-}
-
-impl FlakyBackend {
-    pub fn fail(&self, failing: bool) {
-        self.failing.store(failing, Ordering::SeqCst);
-    }
-
-    pub fn slow(&self, slow: bool) {
-        self.slow.store(slow, Ordering::SeqCst);
-    }
-
-    async fn gate(&self) -> Result<(), LockError> {
-        if self.slow.load(Ordering::SeqCst) {
-            tokio::time::sleep(Duration::from_millis(700)).await;
-        }
-        if self.failing.load(Ordering::SeqCst) {
-            Err(LockError::service_unavailable("connection refused (test)"))
-        } else {
-            Ok(())
-        }
-    }
-}
-
-impl LockBackend for FlakyBackend {
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
-        Box::pin(async move {
-            self.gate().await?;
-            self.inner.acquire(key, ttl).await
-        })
-    }
-
-    fn release<'a>(
-        &'a self,
-        lock_id: &'a LockId,
-    ) -> BoxFuture<'a, Result<ReleaseOutcome, LockError>> {
-        Box::pin(async move {
-            self.gate().await?;
-            self.inner.release(lock_id).await
-        })
-    }
-
-    fn extend<'a>(
-        &'a self,
-        lock_id: &'a LockId,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
-        Box::pin(async move {
-            self.gate().await?;
-            self.inner.extend(lock_id, ttl).await
-        })
-    }
-
-    fn is_locked<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(async move {
-            self.gate().await?;
-            self.inner.is_locked(key).await
-        })
-    }
-
-    fn lookup<'a>(
-        &'a self,
-        query: Lookup<'a>,
-    ) -> BoxFuture<'a, Result<Option<LockInfo>, LockError>> {
-        Box::pin(async move {
-            self.gate().await?;
-            self.inner.lookup(query).await
-        })
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    fn acquire_as<'a>(
-        &'a self,
-        key: &'a str,
-        ttl: Duration,
-        holder: &'a str,
-    ) -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
-        Box::pin(async move {
-            self.gate().await?;
-            self.inner.acquire_as(key, ttl, holder).await
-        })
-    }
-
-    fn extend_by<'a>(
-        &'a self,
-        lock_id: &'a LockId,
-        by: Duration,
-    ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
-        Box::pin(async move {
-            self.gate().await?;
-            self.inner.extend_by(lock_id, by).await
-        })
-    }
+/// A memory backend that fails every call while told to (`fail`, as an unreachable store
+/// would), and can be slowed down (`slow`, 700 ms a call). Clones share the switches.
+pub fn flaky_backend() -> FaultyBackend {
+    FaultyBackend::new(MemoryBackend::new())
 }

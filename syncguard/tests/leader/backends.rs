@@ -1,16 +1,15 @@
 //! Backend instances, each as one process has, and the faults the scenarios inject.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use syncguard::backend::{
-    AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockInfo, LockObserver,
-    Lookup, ReleaseNotifier, ReleaseOutcome,
+    AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockInfo, Lookup,
+    ReleaseOutcome,
 };
+use syncguard::conformance::FaultyBackend;
 use syncguard::postgres::{PostgresBackend, PostgresConfig, setup_schema};
 use syncguard::{LockError, LockId, MemoryBackend, RedisBackend};
-use tokio::time::sleep;
 
 use crate::urls;
 
@@ -51,139 +50,11 @@ impl Kind {
         }
     }
 
-    /// An instance whose faults the test injects.
-    pub(crate) async fn faulty(&self) -> Faulty {
-        Faulty::new(self.instance().await)
-    }
-}
-
-/// What a [`Faulty`] instance does wrong, switched by the test.
-#[derive(Default)]
-pub(crate) struct Faults {
-    /// Extends hang (the heartbeat stalls) while set.
-    stalled: AtomicBool,
-    /// Every operation fails from then on: the process is gone.
-    dead: AtomicBool,
-}
-
-/// A backend instance with faults: stalled extends, or death.
-#[derive(Clone)]
-pub(crate) struct Faulty {
-    inner: Arc<dyn LockBackend>,
-    faults: Arc<Faults>,
-}
-
-impl Faulty {
-    pub(crate) fn new(inner: Arc<dyn LockBackend>) -> Self {
-        Self {
-            inner,
-            faults: Arc::default(),
-        }
-    }
-
-    pub(crate) fn stall(&self, stalled: bool) {
-        self.faults.stalled.store(stalled, Ordering::SeqCst);
-    }
-
-    pub(crate) fn kill(&self) {
-        self.faults.dead.store(true, Ordering::SeqCst);
-    }
-
-    pub(crate) fn alive(&self) -> Result<(), LockError> {
-        if self.faults.dead.load(Ordering::SeqCst) {
-            Err(LockError::service_unavailable("the process is gone"))
-        } else {
-            Ok(())
-        }
-    }
-}
-
-impl LockBackend for Faulty {
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
-        Box::pin(async move {
-            self.alive()?;
-            self.inner.acquire(key, ttl).await
-        })
-    }
-
-    fn release<'a>(
-        &'a self,
-        lock_id: &'a LockId,
-    ) -> BoxFuture<'a, Result<ReleaseOutcome, LockError>> {
-        Box::pin(async move {
-            self.alive()?;
-            self.inner.release(lock_id).await
-        })
-    }
-
-    fn extend<'a>(
-        &'a self,
-        lock_id: &'a LockId,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
-        Box::pin(async move {
-            self.alive()?;
-            while self.faults.stalled.load(Ordering::SeqCst) {
-                sleep(Duration::from_millis(10)).await;
-            }
-            self.inner.extend(lock_id, ttl).await
-        })
-    }
-
-    fn is_locked<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(async move {
-            self.alive()?;
-            self.inner.is_locked(key).await
-        })
-    }
-
-    fn lookup<'a>(
-        &'a self,
-        query: Lookup<'a>,
-    ) -> BoxFuture<'a, Result<Option<LockInfo>, LockError>> {
-        Box::pin(async move {
-            self.alive()?;
-            self.inner.lookup(query).await
-        })
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    fn acquire_as<'a>(
-        &'a self,
-        key: &'a str,
-        ttl: Duration,
-        holder: &'a str,
-    ) -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
-        Box::pin(async move {
-            self.alive()?;
-            self.inner.acquire_as(key, ttl, holder).await
-        })
-    }
-
-    fn extend_by<'a>(
-        &'a self,
-        lock_id: &'a LockId,
-        by: Duration,
-    ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
-        Box::pin(async move {
-            self.alive()?;
-            self.inner.extend_by(lock_id, by).await
-        })
-    }
-
-    fn observer(&self) -> Option<Arc<dyn LockObserver>> {
-        self.inner.observer()
-    }
-
-    fn release_notifier(&self) -> Option<ReleaseNotifier> {
-        self.inner.release_notifier()
+    /// An instance whose faults the test injects: a stalled heartbeat
+    /// ([`FaultyBackend::stall_extends`]), or death ([`FaultyBackend::fail`], every call
+    /// failing from then on).
+    pub(crate) async fn faulty(&self) -> FaultyBackend {
+        FaultyBackend::shared(self.instance().await)
     }
 }
 

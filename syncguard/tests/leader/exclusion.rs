@@ -112,7 +112,7 @@ pub(crate) async fn a_stalled_heartbeat_deposes_the_leader_before_its_successor_
         sleep(Duration::from_millis(10)).await;
     }
     let stalled = Instant::now();
-    stalling.stall(true);
+    stalling.stall_extends(true);
     while term.act() {
         sleep(Duration::from_millis(5)).await;
     }
@@ -130,7 +130,7 @@ pub(crate) async fn a_stalled_heartbeat_deposes_the_leader_before_its_successor_
             .expect("both successors led")
             .expect("a successor panicked");
     }
-    stalling.stall(false);
+    stalling.stall_extends(false);
     let checked = checked(&history);
     assert_eq!(checked.acting, 3, "{checked:?}");
     assert_eq!(checked.lost, 1, "{checked:?}");

@@ -173,7 +173,7 @@ pub(crate) async fn observers_see_every_change_in_order(kind: Kind) {
     expected.push(b.leader().await.unwrap().unwrap());
     let waiting = spawn_campaign(&c);
     sleep(Duration::from_millis(500)).await;
-    dying.kill();
+    dying.fail(true); // the process is gone: every call fails from now on
     drop(leading); // its release fails: the lock expires
     let leading = timeout(ttl * 3 + PROMPT, waiting)
         .await

@@ -60,14 +60,14 @@ pub(crate) async fn run_while_leader_runs_one_copy_at_a_time_only_while_leading(
         sleep(Duration::from_millis(500)).await;
         // Stall the leader until another one leads.
         let instance = &instances[&leader.identity];
-        instance.stall(true);
+        instance.stall_extends(true);
         let next = timeout(
             ttl * 4 + PROMPT,
             leader_other_than(&observer, Some(leader.term)),
         )
         .await
         .expect("a new leader after the stall");
-        instance.stall(false);
+        instance.stall_extends(false);
         assert!(next.term > leader.term);
         stalled_before = Some(leader.term);
     }
