@@ -3,8 +3,10 @@
 //!
 //! A task per backend (spawned on first use, again if its runtime went away) takes the queued
 //! calls, builds one command and answers each caller from its slot in the reply. Up to
-//! [`MAX_IN_FLIGHT`] batches are on the wire at once; calls made meanwhile queue up and form the
-//! next batch, so a lone caller pays one round trip as before, and many callers share them.
+//! [`MAX_IN_FLIGHT`] script calls are on the wire at once; calls made meanwhile queue up and
+//! form the next batch, so that many callers share round trips. A lone caller (nothing on the
+//! wire) skips the queue and sends its call itself: it pays one round trip and no hand-offs
+//! between tasks.
 //! Callers are answered a [`REPLY_GROUP`] at a time, so that the server works on the next batch
 //! while the client answers the rest of the last one.
 //! Redis runs a script atomically, so each call sees exactly what it would see alone, and the
@@ -14,10 +16,10 @@
 use std::sync::{Arc, Mutex};
 
 use ::redis::Value;
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::batch_call::{Call, send};
+use super::batch_call::send;
 pub(crate) use super::batch_call::{Header, Op, Reply};
 use super::connection::Conn;
 use super::orphans::{Orphan, Orphans};
@@ -26,7 +28,7 @@ use crate::LockError;
 /// The most calls in one script call: bounds how long one batch holds the server (well under a
 /// millisecond) while amortizing the call itself over many operations.
 const MAX_BATCH: usize = 64;
-/// The most batches awaiting their reply at once; further calls queue for the next batch
+/// The most script calls awaiting their reply at once; further calls queue for the next batch
 /// (more would split the callers of a multi-threaded runtime into small, costlier batches).
 const MAX_IN_FLIGHT: usize = 4;
 /// Callers are answered in groups of this many, with a yield between groups. On a
@@ -36,12 +38,20 @@ const MAX_IN_FLIGHT: usize = 4;
 /// Answered in groups, the first callers' next calls are sent while the others are answered.
 const REPLY_GROUP: usize = 16;
 
+/// A queued call: the operation, and where its caller waits for the reply.
+struct Call {
+    op: Op,
+    reply: oneshot::Sender<Result<Reply, LockError>>,
+}
+
 /// The queue in front of the batch task of one backend.
 pub(crate) struct Batcher {
     conn: Conn,
     header: Arc<Header>,
     queue: Mutex<Option<mpsc::UnboundedSender<Call>>>,
     orphans: Arc<Orphans>,
+    /// A permit per script call on the wire: batches, and lone callers' own calls.
+    on_the_wire: Arc<Semaphore>,
 }
 
 impl Batcher {
@@ -51,19 +61,56 @@ impl Batcher {
             header: Arc::new(header),
             queue: Mutex::new(None),
             orphans: Arc::default(),
+            on_the_wire: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
         }
     }
 
-    /// Runs `op` in the next batch and returns its reply.
+    /// Runs `op`, alone when nothing else is on the wire, else in the next batch, and returns
+    /// its reply.
     pub(crate) async fn run(&self, op: Op) -> Result<Reply, LockError> {
+        if self.on_the_wire.available_permits() == MAX_IN_FLIGHT
+            && let Ok(permit) = Arc::clone(&self.on_the_wire).try_acquire_owned()
+        {
+            return self.run_alone(op, permit).await;
+        }
         let (reply, answer) = oneshot::channel();
+        let mut waiting = Waiting {
+            orphan: Orphan::taken(&op, Instant::now()),
+            answer,
+            batcher: self,
+        };
         self.submit(Call { op, reply });
-        answer.await.unwrap_or_else(|_| {
+        let answered = (&mut waiting.answer).await;
+        waiting.orphan = None;
+        answered.unwrap_or_else(|_| {
             Err(LockError::service_unavailable(
                 "the syncguard Redis batch task stopped before answering (its tokio runtime \
                  shut down); use the backend from a running runtime",
             ))
         })
+    }
+
+    /// Sends `op` in a script call of its own, from the caller's task.
+    async fn run_alone(&self, op: Op, _permit: OwnedSemaphorePermit) -> Result<Reply, LockError> {
+        let mut sending = Sending {
+            orphan: Orphan::in_doubt(&op, Instant::now()),
+            batcher: self,
+        };
+        let result = send(&self.conn, &self.header, std::slice::from_ref(&op)).await;
+        let orphan = sending.orphan.take();
+        match result {
+            Ok(mut replies) => replies
+                .pop()
+                .expect("send checks that there is a reply per operation"),
+            Err(failure) => {
+                if failure.may_have_been_applied()
+                    && let Some(orphan) = orphan
+                {
+                    self.orphans.add(vec![orphan], &self.conn, &self.header);
+                }
+                Err(failure.to_lock_error())
+            }
+        }
     }
 
     fn submit(&self, call: Call) {
@@ -81,6 +128,7 @@ impl Batcher {
             self.conn.clone(),
             Arc::clone(&self.header),
             Arc::clone(&self.orphans),
+            Arc::clone(&self.on_the_wire),
             receiver,
         ));
         // The receiver is alive: it was just handed to the task.
@@ -89,17 +137,65 @@ impl Batcher {
     }
 }
 
+/// A queued caller's wait for its answer. A caller that stops waiting (its future dropped)
+/// may leave a lock taken with nobody to release it: if the batch task had answered already,
+/// the lock is released here; if not, the batch task finds nobody to answer and releases it.
+struct Waiting<'b> {
+    /// The release of the lock, for an acquire not yet answered.
+    orphan: Option<Orphan>,
+    answer: oneshot::Receiver<Result<Reply, LockError>>,
+    batcher: &'b Batcher,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let Some(orphan) = self.orphan.take() else {
+            return;
+        };
+        // Closed first: from now on either the answer is here, or the batch task sees nobody.
+        self.answer.close();
+        if let Ok(Ok(reply)) = self.answer.try_recv()
+            && matches!(reply.value, Value::BulkString(_))
+        {
+            let batcher = self.batcher;
+            batcher
+                .orphans
+                .add(vec![orphan], &batcher.conn, &batcher.header);
+        }
+    }
+}
+
+/// A lone caller's call on the wire. A caller that stops waiting (its future dropped) may
+/// leave an acquire that Redis applies with nobody to release it: dropped before the reply,
+/// the acquire is released as one in doubt.
+struct Sending<'b> {
+    /// The release of the lock, for an acquire not yet answered.
+    orphan: Option<Orphan>,
+    batcher: &'b Batcher,
+}
+
+impl Drop for Sending<'_> {
+    fn drop(&mut self) {
+        if let Some(orphan) = self.orphan.take() {
+            let batcher = self.batcher;
+            batcher
+                .orphans
+                .add(vec![orphan], &batcher.conn, &batcher.header);
+        }
+    }
+}
+
 /// The batch task: ends when the backend (the only sender) is dropped.
 async fn drive(
     conn: Conn,
     header: Arc<Header>,
     orphans: Arc<Orphans>,
+    on_the_wire: Arc<Semaphore>,
     mut queue: mpsc::UnboundedReceiver<Call>,
 ) {
-    let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     while let Some(first) = queue.recv().await {
         // Wait for a free slot first: calls made meanwhile join this batch.
-        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+        let Ok(slot) = Arc::clone(&on_the_wire).acquire_owned().await else {
             return;
         };
         let mut calls = Vec::with_capacity(queue.len().min(MAX_BATCH - 1) + 1);
@@ -128,27 +224,29 @@ async fn drive(
 async fn execute(conn: &Conn, header: &Arc<Header>, orphans: &Arc<Orphans>, calls: Vec<Call>) {
     let sent = Instant::now();
     let mut found = Vec::new();
-    match send(conn, header, &calls).await {
+    let (ops, callers): (Vec<Op>, Vec<_>) = calls.into_iter().map(|c| (c.op, c.reply)).unzip();
+    match send(conn, header, &ops).await {
         Ok(replies) => {
-            for (i, (call, reply)) in calls.into_iter().zip(replies).enumerate() {
+            for (i, ((op, caller), reply)) in ops.into_iter().zip(callers).zip(replies).enumerate()
+            {
                 if i > 0 && i % REPLY_GROUP == 0 {
                     // Let the callers answered so far run: the calls they make next go out as
                     // a batch while the rest are still being answered.
                     tokio::task::yield_now().await;
                 }
-                if let Err(Ok(reply)) = call.reply.send(reply)
+                if let Err(Ok(reply)) = caller.send(reply)
                     && matches!(reply.value, Value::BulkString(_))
                 {
-                    found.extend(Orphan::taken(call.op, sent));
+                    found.extend(Orphan::taken(&op, sent));
                 }
             }
         }
         Err(failure) => {
             let in_doubt = failure.may_have_been_applied();
-            for call in calls {
-                let _ = call.reply.send(Err(failure.to_lock_error()));
+            for (op, caller) in ops.into_iter().zip(callers) {
+                let _ = caller.send(Err(failure.to_lock_error()));
                 if in_doubt {
-                    found.extend(Orphan::in_doubt(call.op, sent));
+                    found.extend(Orphan::in_doubt(&op, sent));
                 }
             }
         }

@@ -1,8 +1,7 @@
 //! One call of the batch script: the operations it takes, how they are encoded, and how its
-//! reply is split among them. The batch task and the orphan releases both send it.
+//! reply is split among them. Batches, lone callers and the orphan releases all send it.
 
 use ::redis::Value;
-use tokio::sync::oneshot;
 
 use super::connection::{Conn, ConnError, evalsha};
 use super::error::{error_from_reply, unexpected_reply};
@@ -110,11 +109,6 @@ pub(crate) struct Reply {
     pub(crate) now_ms: u64,
 }
 
-pub(super) struct Call {
-    pub(super) op: Op,
-    pub(super) reply: oneshot::Sender<Result<Reply, LockError>>,
-}
-
 /// Why a whole batch failed; each of its callers gets the mapped error.
 pub(super) enum Failure {
     Conn(ConnError),
@@ -136,20 +130,21 @@ impl Failure {
     }
 }
 
+/// Runs `ops` in one call of the batch script; their replies, in order.
 pub(super) async fn send(
     conn: &Conn,
     header: &Header,
-    calls: &[Call],
+    ops: &[Op],
 ) -> Result<Vec<Result<Reply, LockError>>, Failure> {
     let lua: &LuaScript = &scripts::BATCH;
-    let keys = calls.iter().map(|c| c.op.keys()).sum();
-    let args = calls.iter().map(|c| c.op.args()).sum::<usize>() + 3;
-    let bytes = calls.iter().map(|c| c.op.bytes()).sum::<usize>()
+    let keys = ops.iter().map(Op::keys).sum();
+    let args = ops.iter().map(Op::args).sum::<usize>() + 3;
+    let bytes = ops.iter().map(Op::bytes).sum::<usize>()
         + header.index_prefix.len()
         + header.release_channel.len();
     let mut cmd = evalsha(lua, keys, args, bytes);
-    for call in calls {
-        match &call.op {
+    for op in ops {
+        match op {
             Op::Acquire {
                 lock_key,
                 index_key,
@@ -180,8 +175,8 @@ pub(super) async fn send(
     cmd.arg(TIME_TOLERANCE_MS)
         .arg(&*header.index_prefix)
         .arg(&*header.release_channel);
-    for call in calls {
-        match &call.op {
+    for op in ops {
+        match op {
             Op::Acquire {
                 lock_id,
                 ttl_ms,
@@ -234,7 +229,7 @@ pub(super) async fn send(
         return Err(Failure::Reply(reply));
     };
     let now_ms = match replies.first() {
-        Some(Value::Int(now)) if replies.len() == calls.len() + 1 => u64::try_from(*now).ok(),
+        Some(Value::Int(now)) if replies.len() == ops.len() + 1 => u64::try_from(*now).ok(),
         _ => None,
     };
     let Some(now_ms) = now_ms else {

@@ -3,7 +3,8 @@
 //! Two kinds reach here from the batches: a lock taken for a caller that is gone (its
 //! future was dropped while waiting: Redis applied the acquire, one release settles it), and
 //! a lock whose acquire failed in doubt (a timeout, a broken connection: the request may
-//! still arrive and run). A release of the second kind can itself arrive first, on another
+//! still arrive and run). A lone caller's acquire whose future is dropped while on the wire
+//! is in doubt too. A release of the second kind can itself arrive first, on another
 //! connection of a pool or after a reconnect, and find nothing: it is sent again a few times
 //! before the backend gives up on it.
 //!
@@ -20,10 +21,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use ::redis::Value;
-use tokio::sync::oneshot;
 use tokio::time::{Instant, sleep};
 
-use super::batch_call::{Call, Header, Op, send};
+use super::batch_call::{Header, Op, send};
 use super::connection::Conn;
 use crate::time::TIME_TOLERANCE_MS;
 
@@ -54,16 +54,16 @@ pub(super) struct Orphan {
 impl Orphan {
     /// The release of `op`, an acquire sent at `sent` that Redis applied for a caller that
     /// is gone; `None` for any other operation, and for an acquire as a holder.
-    pub(super) fn taken(op: Op, sent: Instant) -> Option<Self> {
+    pub(super) fn taken(op: &Op, sent: Instant) -> Option<Self> {
         Self::of(op, sent, 0)
     }
 
     /// The release of `op`, an acquire sent at `sent` that failed in doubt.
-    pub(super) fn in_doubt(op: Op, sent: Instant) -> Option<Self> {
+    pub(super) fn in_doubt(op: &Op, sent: Instant) -> Option<Self> {
         Self::of(op, sent, RESENDS)
     }
 
-    fn of(op: Op, sent: Instant, resends: u32) -> Option<Self> {
+    fn of(op: &Op, sent: Instant, resends: u32) -> Option<Self> {
         let Op::Acquire {
             index_key,
             lock_id,
@@ -77,8 +77,8 @@ impl Orphan {
         Some(Self {
             release: Op::Release {
                 lock_key: None,
-                index_key,
-                lock_id,
+                index_key: index_key.clone(),
+                lock_id: lock_id.clone(),
             },
             until: sent + Duration::from_millis(ttl_ms.saturating_add(TIME_TOLERANCE_MS)),
             resends,
@@ -116,9 +116,19 @@ impl Orphans {
                 "syncguard: too many Redis locks waiting for release while the server fails; the oldest stay held until their ttl"
             );
         }
-        if !state.draining {
-            state.draining = true;
-            tokio::spawn(drain(Arc::clone(self), conn.clone(), Arc::clone(header)));
+        if state.draining {
+            return;
+        }
+        // Outside a runtime (a lone caller's future dropped after its runtime ended) nothing
+        // can be sent: the locks stay until their ttl.
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                state.draining = true;
+                runtime.spawn(drain(Arc::clone(self), conn.clone(), Arc::clone(header)));
+            }
+            Err(_) => tracing::debug!(
+                "syncguard: Redis locks nobody holds cannot be released outside a tokio runtime; they stay until their ttl"
+            ),
         }
     }
 }
@@ -152,14 +162,8 @@ async fn drain(orphans: Arc<Orphans>, conn: Conn, header: Arc<Header>) {
             sleep(next_due.map_or(RETRY_FIRST, |at| at - now)).await;
             continue;
         }
-        let calls: Vec<Call> = due
-            .iter()
-            .map(|orphan| Call {
-                op: orphan.release.clone(),
-                reply: oneshot::channel().0,
-            })
-            .collect();
-        match send(&conn, &header, &calls).await {
+        let releases: Vec<Op> = due.iter().map(|orphan| orphan.release.clone()).collect();
+        match send(&conn, &header, &releases).await {
             Ok(replies) => {
                 pause = RETRY_FIRST;
                 let again = due
