@@ -25,10 +25,13 @@
 //! sets the measured time per row (default 3), `SYNCGUARD_BENCH_ONLY` a comma-separated filter
 //! on backend names (`memory,redis,postgres`).
 
+mod support;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use support::redis_cpu_seconds;
 use syncguard::backend::LockBackend;
 use syncguard::conformance::FaultyBackend;
 use syncguard::postgres::{PostgresBackend, PostgresConfig, setup_schema};
@@ -73,18 +76,7 @@ async fn redis_cpu(url: &str) -> f64 {
         .get_multiplexed_async_connection()
         .await
         .expect("stats connection");
-    let info: String = redis::cmd("INFO")
-        .arg("cpu")
-        .query_async(&mut conn)
-        .await
-        .expect("INFO");
-    info.lines()
-        .filter_map(|line| {
-            line.strip_prefix("used_cpu_sys:")
-                .or_else(|| line.strip_prefix("used_cpu_user:"))
-        })
-        .filter_map(|value| value.trim().parse::<f64>().ok())
-        .sum()
+    redis_cpu_seconds(&mut conn).await
 }
 
 /// What one row measured.

@@ -239,3 +239,20 @@ pub fn socket_addr_of(url: &str) -> SocketAddr {
         .next()
         .expect("an address")
 }
+
+/// The Redis server's CPU seconds so far (user + system, from `INFO cpu`).
+#[cfg(feature = "redis")]
+pub async fn redis_cpu_seconds(conn: &mut redis::aio::MultiplexedConnection) -> f64 {
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(conn)
+        .await
+        .expect("INFO");
+    info.lines()
+        .filter_map(|line| {
+            line.strip_prefix("used_cpu_sys:")
+                .or_else(|| line.strip_prefix("used_cpu_user:"))
+        })
+        .filter_map(|value| value.trim().parse::<f64>().ok())
+        .sum()
+}

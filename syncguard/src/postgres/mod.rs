@@ -4,8 +4,10 @@
 //! the SyncGuard reference design, so Rust and TypeScript services can share the same tables
 //! ([compatibility](#compatibility-with-the-typescript-reference)). The database server's
 //! clock decides expiry. Every operation is **one statement**, so the caller waits for one
-//! round trip (sqlx 0.9 then pings the connection it puts back into the pool, a second
-//! exchange the caller does not wait for): acquire (and `acquire_as`) is
+//! round trip, and the server does one exchange (a connection whose statement ended normally
+//! is kept for the next statement, instead of going back to the pool, where sqlx 0.9 would
+//! ping it; kept connections return to the pool after a second idle): acquire (and
+//! `acquire_as`) is
 //! a server-side function that [`setup_schema`] installs (the reference runs the same steps as
 //! an eight-round-trip transaction); release, extend, `extend_by`, `is_locked` and lookups are
 //! single statements whose `WHERE` clause checks ownership and liveness, so that a concurrent
@@ -267,6 +269,7 @@ mod builder;
 mod config;
 mod error;
 mod in_doubt;
+mod kept;
 mod listener;
 mod operations;
 mod session;
@@ -305,7 +308,10 @@ pub use crate::time::CLEANUP_GUARD_MS;
 /// [`pool_options`](Self::pool_options), so that checkouts cost no ping), after
 /// [`setup_schema`] (or the `schema.sql` migration).
 ///
-/// Every operation takes a connection from the pool for one statement and gives it back. It
+/// Every operation takes a connection for one statement: the one the backend used last, if it
+/// keeps one idle, else one from the pool. Connections the backend keeps go back to the pool
+/// when they have idled for a second, have been out of it for a minute, or the pool is closed,
+/// so that a pool shared with the application is not held by past bursts of locking. It
 /// fails fast, within the timeouts of the configuration, and a connection found dead costs
 /// no failed operation (see [timeouts and retries](self#timeouts-and-retries)).
 /// Waiting for a held lock opens one more connection, outside the pool, on which the backend

@@ -1,11 +1,12 @@
 //! One statement on a pooled connection: within deadlines, never on a connection in doubt,
 //! and retried once when its connection turns out to be dead.
 //!
-//! - Connections come straight from the pool, which hands them out in the order callers
-//!   asked and, built with [`PostgresBackend::pool_options`](super::PostgresBackend::pool_options),
-//!   without a ping before use: the caller waits for one round trip per operation, and no
-//!   connection is kept aside. (sqlx 0.9 pings each connection as it goes back to the pool,
-//!   after the caller has its answer: the server sees two exchanges per operation.)
+//! - A connection whose statement ended normally is kept for the next statement (`kept.rs`),
+//!   instead of going back to the pool, where sqlx 0.9 would ping it: one exchange on the
+//!   server per operation, not two. Otherwise connections come from the pool, which hands
+//!   them out in the order callers asked and, built with
+//!   [`PostgresBackend::pool_options`](super::PostgresBackend::pool_options), without a ping
+//!   before use: the caller waits for one round trip per operation.
 //! - Waiting for a connection is bounded by the acquire timeout. A server that refuses
 //!   connections (none on that port) is reported at once: sqlx would retry a refused
 //!   connection until the timeout, so a wait that lasts while the pool opens a connection
@@ -24,11 +25,11 @@ use std::future::Future;
 use std::io::ErrorKind;
 use std::time::Duration;
 
-use sqlx::pool::PoolConnection;
-use sqlx::{Connection, PgConnection, PgPool, Postgres};
+use sqlx::{Connection, PgConnection, PgPool};
 use tokio::time::{sleep, timeout};
 
 use super::error::map_error;
+use super::kept::{Kept, Taken};
 use crate::LockError;
 use crate::backend::BoxFuture;
 
@@ -45,6 +46,7 @@ pub(super) enum Attempt {
 
 pub(super) struct Session {
     pool: PgPool,
+    kept: Kept,
     connect_timeout: Duration,
     acquire_timeout: Duration,
     operation_timeout: Duration,
@@ -61,6 +63,7 @@ enum Failure {
 impl Session {
     pub(super) fn new(pool: PgPool, config: &super::PostgresConfig) -> Self {
         Self {
+            kept: Kept::new(pool.clone()),
             pool,
             connect_timeout: config.connect_timeout(),
             acquire_timeout: config.acquire_timeout(),
@@ -79,8 +82,9 @@ impl Session {
         F: for<'c> Fn(&'c mut PgConnection, Attempt) -> BoxFuture<'c, Result<T, sqlx::Error>>,
     {
         let mut pooled = Pooled {
-            conn: self.checkout().await?,
+            taken: Some(self.checkout().await?),
             clean: true,
+            kept: &self.kept,
         };
         let dead = match self.execute(&mut pooled, &statement, Attempt::First).await {
             Ok(value) => return Ok(value),
@@ -139,9 +143,13 @@ impl Session {
         }
     }
 
-    /// A pooled connection, within the acquire timeout; a refused connection is reported at
-    /// once.
-    async fn checkout(&self) -> Result<PoolConnection<Postgres>, LockError> {
+    /// A kept connection, or one from the pool within the acquire timeout; a refused
+    /// connection is reported at once.
+    async fn checkout(&self) -> Result<Taken, LockError> {
+        if let Some(kept) = self.kept.take() {
+            return Ok(kept);
+        }
+        let _waiting = self.kept.waiting();
         let acquire = timeout(self.acquire_timeout, self.pool.acquire());
         let refused = async {
             sleep(PROBE_AFTER).await;
@@ -156,7 +164,7 @@ impl Session {
         };
         tokio::select! {
             acquired = acquire => match acquired {
-                Ok(Ok(conn)) => Ok(conn),
+                Ok(Ok(conn)) => Ok(Taken::from_pool(conn)),
                 Ok(Err(error)) => Err(map_error(error, Some(&self.pool))),
                 Err(_elapsed) => Err(map_error(sqlx::Error::PoolTimedOut, Some(&self.pool))),
             },
@@ -237,20 +245,26 @@ trait Checkout {
     fn finish(&mut self);
 }
 
-/// A pooled connection that goes back to the pool only when its last statement ended
-/// normally. Dropped at any other point (the statement timed out, failed on the connection,
-/// or its future was dropped from outside, by a caller's timeout or a cancelled request), it
-/// is closed: what it would say next is unknown, and the pool's check of a returned
-/// connection would wait for that without a deadline.
-struct Pooled {
-    conn: PoolConnection<Postgres>,
+/// A pooled connection that is kept for the next statement only when its last statement
+/// ended normally. Dropped at any other point (the statement timed out, failed on the
+/// connection, or its future was dropped from outside, by a caller's timeout or a cancelled
+/// request), it is closed: what it would say next is unknown, and the pool's check of a
+/// returned connection would wait for that without a deadline.
+struct Pooled<'k> {
+    /// `Some` until dropped.
+    taken: Option<Taken>,
     clean: bool,
+    kept: &'k Kept,
 }
 
-impl Checkout for Pooled {
+impl Checkout for Pooled<'_> {
     fn start(&mut self) -> &mut PgConnection {
         self.clean = false;
-        &mut self.conn
+        &mut self
+            .taken
+            .as_mut()
+            .expect("a connection until dropped")
+            .conn
     }
 
     fn finish(&mut self) {
@@ -258,10 +272,15 @@ impl Checkout for Pooled {
     }
 }
 
-impl Drop for Pooled {
+impl Drop for Pooled<'_> {
     fn drop(&mut self) {
-        if !self.clean {
-            self.conn.close_on_drop();
+        let Some(mut taken) = self.taken.take() else {
+            return;
+        };
+        if self.clean {
+            self.kept.put(taken);
+        } else {
+            taken.conn.close_on_drop();
         }
     }
 }
