@@ -4,15 +4,16 @@
 //! A task per backend (spawned on first use, again if its runtime went away) takes the queued
 //! calls, builds one command and answers each caller from its slot in the reply. Up to
 //! [`MAX_IN_FLIGHT`] script calls are on the wire at once; calls made meanwhile queue up and
-//! form the next batch, so that many callers share round trips. A lone caller (nothing on the
-//! wire) skips the queue and sends its call itself: it pays one round trip and no hand-offs
-//! between tasks.
+//! form the next batch, so that many callers share round trips. A lone caller (no other call
+//! under way) skips the queue and sends its call itself: it pays one round trip and no
+//! hand-offs between tasks.
 //! Callers are answered a [`REPLY_GROUP`] at a time, so that the server works on the next batch
 //! while the client answers the rest of the last one.
 //! Redis runs a script atomically, so each call sees exactly what it would see alone, and the
 //! server spends its time on the locks instead of on a script call, a `TIME` and a network read
 //! per operation.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ::redis::Value;
@@ -28,9 +29,11 @@ use crate::LockError;
 /// The most calls in one script call: bounds how long one batch holds the server (well under a
 /// millisecond) while amortizing the call itself over many operations.
 const MAX_BATCH: usize = 64;
-/// The most script calls awaiting their reply at once; further calls queue for the next batch
-/// (more would split the callers of a multi-threaded runtime into small, costlier batches).
-const MAX_IN_FLIGHT: usize = 4;
+/// The most script calls awaiting their reply at once; further calls queue for the next batch.
+/// Two keep the server busy while the client answers the last batch; more split the callers
+/// of a multi-threaded runtime into small, costlier batches (with four, 16 workers made
+/// batches of 2.8 operations and about 8 % fewer cycles than with two; see BENCHMARKS.md).
+const MAX_IN_FLIGHT: usize = 2;
 /// Callers are answered in groups of this many, with a yield between groups. On a
 /// current-thread runtime, a batch's callers would otherwise all run before the batch task
 /// does, so that each batch gathered every caller and the server idled while the client
@@ -52,6 +55,8 @@ pub(crate) struct Batcher {
     orphans: Arc<Orphans>,
     /// A permit per script call on the wire: batches, and lone callers' own calls.
     on_the_wire: Arc<Semaphore>,
+    /// Callers between the start and the end of [`run`](Self::run).
+    callers: AtomicUsize,
 }
 
 impl Batcher {
@@ -62,13 +67,18 @@ impl Batcher {
             queue: Mutex::new(None),
             orphans: Arc::default(),
             on_the_wire: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+            callers: AtomicUsize::new(0),
         }
     }
 
-    /// Runs `op`, alone when nothing else is on the wire, else in the next batch, and returns
-    /// its reply.
+    /// Runs `op`, in a script call of its own when its caller is the only one, else in the
+    /// next batch, and returns its reply.
     pub(crate) async fn run(&self, op: Op) -> Result<Reply, LockError> {
-        if self.on_the_wire.available_permits() == MAX_IN_FLIGHT
+        let caller = Caller::enter(&self.callers);
+        // Alone only when no other call is under way: callers that come while others wait
+        // for their answers batch, however briefly the wire is empty between two batches.
+        if caller.alone
+            && self.on_the_wire.available_permits() == MAX_IN_FLIGHT
             && let Ok(permit) = Arc::clone(&self.on_the_wire).try_acquire_owned()
         {
             return self.run_alone(op, permit).await;
@@ -134,6 +144,29 @@ impl Batcher {
         // The receiver is alive: it was just handed to the task.
         let _ = sender.send(call);
         *queue = Some(sender);
+    }
+}
+
+/// A caller of [`Batcher::run`], counted until it has its answer (or stops waiting).
+struct Caller<'b> {
+    callers: &'b AtomicUsize,
+    /// Whether no other caller was under way when this one came.
+    alone: bool,
+}
+
+impl<'b> Caller<'b> {
+    fn enter(callers: &'b AtomicUsize) -> Self {
+        let before = callers.fetch_add(1, Ordering::AcqRel);
+        Self {
+            callers,
+            alone: before == 0,
+        }
+    }
+}
+
+impl Drop for Caller<'_> {
+    fn drop(&mut self) {
+        self.callers.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
