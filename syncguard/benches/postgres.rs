@@ -1,9 +1,9 @@
 //! PostgreSQL backend benchmark: round trips per operation, then acquire+release cycles/s and
 //! latency at 1, 16 and 64 workers on distinct keys and one hot key, against a raw
-//! two-statement baseline (upsert ... RETURNING, then DELETE), run both through the pool (as
-//! the backend runs its statements: sqlx pings every connection returned to its pool, so each
-//! statement costs the server two exchanges) and on a dedicated connection per worker (one
-//! exchange), and against the reference implementation's own transactions (its acquire and
+//! two-statement baseline (upsert ... RETURNING, then DELETE), run both through the pool
+//! (sqlx pings every connection returned to its pool, so each statement costs the server two
+//! exchanges; the backend keeps its connections between statements instead) and on a
+//! dedicated connection per worker (one exchange), and against the reference implementation's own transactions (its acquire and
 //! release, statement by statement) in the same run.
 //!
 //! Needs a PostgreSQL server; `scripts/with-services.sh` starts one:
