@@ -119,11 +119,16 @@ impl Batcher {
                 if failure.may_have_been_applied()
                     && let Some(orphan) = orphan
                 {
-                    self.orphans.add(vec![orphan], &self.conn, &self.header);
+                    self.let_go(orphan);
                 }
                 Err(failure.to_lock_error())
             }
         }
+    }
+
+    /// Releases, in the background, a lock that may be stored with nobody holding it.
+    fn let_go(&self, orphan: Orphan) {
+        self.orphans.add(vec![orphan], &self.conn, &self.header);
     }
 
     fn submit(&self, call: Call) {
@@ -193,10 +198,7 @@ impl Drop for Waiting<'_> {
         if let Ok(Ok(reply)) = self.answer.try_recv()
             && matches!(reply.value, Value::BulkString(_))
         {
-            let batcher = self.batcher;
-            batcher
-                .orphans
-                .add(vec![orphan], &batcher.conn, &batcher.header);
+            self.batcher.let_go(orphan);
         }
     }
 }
@@ -213,10 +215,7 @@ struct Sending<'b> {
 impl Drop for Sending<'_> {
     fn drop(&mut self) {
         if let Some(orphan) = self.orphan.take() {
-            let batcher = self.batcher;
-            batcher
-                .orphans
-                .add(vec![orphan], &batcher.conn, &batcher.header);
+            self.batcher.let_go(orphan);
         }
     }
 }
