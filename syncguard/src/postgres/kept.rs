@@ -15,7 +15,6 @@
 //! application waits for one at most that long, and the pool's lifetime and idle rules apply
 //! to every connection), and once the pool is closed (its `close` waits for them).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -58,8 +57,6 @@ pub(super) struct Kept {
 struct Shared {
     pool: PgPool,
     state: Mutex<State>,
-    /// Callers of this backend waiting for a connection from the pool.
-    waiting: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -68,6 +65,8 @@ struct State {
     idle: Vec<Idle>,
     /// Whether a task is giving back idle connections.
     sweeping: bool,
+    /// Callers of this backend waiting for a connection from the pool.
+    waiting: usize,
 }
 
 struct Idle {
@@ -81,47 +80,50 @@ impl Kept {
             shared: Arc::new(Shared {
                 pool,
                 state: Mutex::default(),
-                waiting: AtomicUsize::new(0),
             }),
         }
     }
 
-    /// The connection used last, if one is kept: the busiest few stay in use, and the rest
-    /// idle out.
-    pub(super) fn take(&self) -> Option<Taken> {
-        let mut stale = Vec::new();
+    /// The connection used last, if one is kept (the busiest few stay in use, and the rest
+    /// idle out); else the caller is counted as waiting for one from the pool until the
+    /// returned guard is dropped, and meanwhile connections go back to the pool.
+    pub(super) fn take(&self) -> Result<Taken, Waiting> {
         let mut state = self.shared.state();
-        if self.shared.pool.is_closed() {
-            // Given back, for the pool's close to finish.
-            stale.append(&mut state.idle);
-        }
-        let taken = state.idle.pop().map(|idle| idle.taken);
+        // Given back once the pool is closed, for its close to finish.
+        let stale = if self.shared.pool.is_closed() {
+            std::mem::take(&mut state.idle)
+        } else {
+            Vec::new()
+        };
+        let taken = match state.idle.pop() {
+            Some(idle) => Ok(idle.taken),
+            None => {
+                state.waiting += 1;
+                Err(Waiting {
+                    shared: Arc::clone(&self.shared),
+                })
+            }
+        };
         drop(state);
         // Dropped outside the lock: back to the pool.
         drop(stale);
         taken
     }
 
-    /// Counts the caller as waiting for a connection from the pool until the guard is
-    /// dropped: meanwhile, connections go back to the pool.
-    pub(super) fn waiting(&self) -> Waiting {
-        self.shared.waiting.fetch_add(1, Ordering::AcqRel);
-        Waiting {
-            shared: Arc::clone(&self.shared),
-        }
-    }
-
     /// Keeps `taken`, whose statement ended normally, for the next statement; or gives it back
     /// to the pool when a caller waits for one there, it has been out long enough, the pool
     /// is closed, or nothing could give it back later (no runtime to run the sweep on).
     pub(super) fn put(&self, taken: Taken) {
-        if self.shared.waiting.load(Ordering::Acquire) > 0
-            || taken.out_since.elapsed() >= OUT_AT_MOST
-            || self.shared.pool.is_closed()
-        {
+        if taken.out_since.elapsed() >= OUT_AT_MOST || self.shared.pool.is_closed() {
             return;
         }
         let mut state = self.shared.state();
+        // Checked under the lock that counts waiters: none is missed.
+        if state.waiting > 0 {
+            drop(state);
+            drop(taken);
+            return;
+        }
         if !state.sweeping {
             let Ok(runtime) = tokio::runtime::Handle::try_current() else {
                 return;
@@ -136,14 +138,14 @@ impl Kept {
     }
 }
 
-/// A caller waiting for a connection from the pool (see [`Kept::waiting`]).
+/// A caller waiting for a connection from the pool (see [`Kept::take`]).
 pub(super) struct Waiting {
     shared: Arc<Shared>,
 }
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
+        self.shared.state().waiting -= 1;
     }
 }
 

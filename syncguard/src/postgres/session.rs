@@ -146,10 +146,10 @@ impl Session {
     /// A kept connection, or one from the pool within the acquire timeout; a refused
     /// connection is reported at once.
     async fn checkout(&self) -> Result<Taken, LockError> {
-        if let Some(kept) = self.kept.take() {
-            return Ok(kept);
-        }
-        let _waiting = self.kept.waiting();
+        let _waiting = match self.kept.take() {
+            Ok(kept) => return Ok(kept),
+            Err(waiting) => waiting,
+        };
         let acquire = timeout(self.acquire_timeout, self.pool.acquire());
         let refused = async {
             sleep(PROBE_AFTER).await;
