@@ -16,7 +16,9 @@
 //! Redis the server's CPU time per cycle (`INFO cpu`).
 //!
 //! `SYNCGUARD_BENCH_SECS` sets each measurement (default 3 s), `SYNCGUARD_BENCH_ROUNDS` the
-//! rounds (default 3), `SYNCGUARD_BENCH_ONLY` the backends (`redis,postgres`).
+//! rounds (default 3), `SYNCGUARD_BENCH_ONLY` the backends (`redis,postgres`),
+//! `SYNCGUARD_BENCH_WORKERS` the worker counts (`1,16,64`) and `SYNCGUARD_BENCH_CONTENDERS` the
+//! contenders (`raw,syncguard,reference`; one alone, to profile it).
 
 mod support;
 
@@ -43,6 +45,25 @@ enum Contender {
 
 impl Contender {
     const ALL: [Contender; 3] = [Contender::Raw, Contender::Syncguard, Contender::Reference];
+
+    /// The contenders `SYNCGUARD_BENCH_CONTENDERS` names (all by default).
+    fn wanted() -> Vec<Contender> {
+        let only = std::env::var("SYNCGUARD_BENCH_CONTENDERS").unwrap_or_default();
+        Self::ALL
+            .into_iter()
+            .filter(|contender| {
+                only.is_empty() || only.split(',').any(|name| name.trim() == contender.short())
+            })
+            .collect()
+    }
+
+    fn short(self) -> &'static str {
+        match self {
+            Contender::Raw => "raw",
+            Contender::Syncguard => "syncguard",
+            Contender::Reference => "reference",
+        }
+    }
 
     fn name(self) -> &'static str {
         match self {
@@ -106,6 +127,18 @@ fn rounds() -> usize {
         .ok()
         .and_then(|rounds| rounds.parse().ok())
         .unwrap_or(3)
+}
+
+/// `SYNCGUARD_BENCH_WORKERS`, or 1, 16 and 64.
+fn worker_counts() -> Vec<usize> {
+    std::env::var("SYNCGUARD_BENCH_WORKERS")
+        .ok()
+        .map(|list| {
+            list.split(',')
+                .map(|n| n.trim().parse().expect("SYNCGUARD_BENCH_WORKERS: numbers"))
+                .collect()
+        })
+        .unwrap_or_else(|| WORKERS.to_vec())
 }
 
 fn wanted(backend: Backend) -> bool {
@@ -338,12 +371,14 @@ async fn compare(backend: Backend) {
         "| workers | contender | cycles/s | p50 µs | p99 µs | server µs/cycle | syncguard × |"
     );
     println!("|---:|---|---:|---:|---:|---:|---:|");
-    for workers in WORKERS {
+    let contenders = Contender::wanted();
+    for workers in worker_counts() {
         let mut samples: Vec<(Contender, Sample)> = Vec::new();
         for round in 0..rounds() {
             // Each round in another order: none always runs first, or last.
-            let mut order = Contender::ALL;
-            order.rotate_left(round % Contender::ALL.len());
+            let mut order = contenders.clone();
+            let len = order.len();
+            order.rotate_left(round % len);
             for contender in order {
                 let sample = measure(
                     backend,
@@ -364,8 +399,14 @@ async fn compare(backend: Backend) {
                 .map(|(_, sample)| *sample)
                 .collect()
         };
-        let ours = median(of(Contender::Syncguard).iter().map(|s| s.per_sec).collect());
-        for contender in Contender::ALL {
+        let syncguard = of(Contender::Syncguard);
+        // NaN when syncguard was not measured: its ratios print as NaN.
+        let ours = if syncguard.is_empty() {
+            f64::NAN
+        } else {
+            median(syncguard.iter().map(|s| s.per_sec).collect())
+        };
+        for contender in contenders.iter().copied() {
             let runs = of(contender);
             let rate = median(runs.iter().map(|s| s.per_sec).collect());
             let middle = runs
@@ -402,7 +443,9 @@ fn scenario_duration_or(default: f64) -> Duration {
 
 #[tokio::main]
 async fn main() {
-    reference_runner();
+    if Contender::wanted().contains(&Contender::Reference) {
+        reference_runner();
+    }
     for backend in [Backend::Redis, Backend::Postgres] {
         if wanted(backend) {
             compare(backend).await;

@@ -77,7 +77,9 @@ async fn bundled_schema_sql_matches_setup_schema_and_is_idempotent() {
         setup_schema(&pool, &PostgresConfig::new()).await.unwrap();
     }
     let indexes: Vec<String> = sqlx::query_scalar(
-        "SELECT indexname::text FROM pg_indexes WHERE tablename = 'syncguard_locks' ORDER BY 1",
+        // Only the default schema's: other tests make schemas of their own with the same tables.
+        "SELECT indexname::text FROM pg_indexes WHERE tablename = 'syncguard_locks' \
+         AND schemaname = current_schema() ORDER BY 1",
     )
     .fetch_all(&pool)
     .await
@@ -1077,7 +1079,8 @@ async fn a_reference_acquire_over_an_expired_holder_lock_clears_the_holder() {
 mod bench_support;
 
 /// `acquire_as` (taking a free key, and re-entering) costs the round trips of `acquire`, and
-/// `extend_by` those of `extend`: one statement each.
+/// `extend_by` those of `extend`: one statement each. A refused acquire costs one too once
+/// the key was refused lately (the first refusal runs the statement for free keys first).
 #[tokio::test]
 async fn holder_operations_cost_the_round_trips_of_the_plain_ones() {
     backend().await; // the schema
@@ -1113,6 +1116,10 @@ async fn holder_operations_cost_the_round_trips_of_the_plain_ones() {
     for round in 0..8 {
         let (plain, acquire) = counted(&proxy, backend.acquire(&key, ttl)).await;
         let plain = plain.unwrap().lease().unwrap();
+        let (refused, _) = counted(&proxy, backend.acquire(&key, ttl)).await;
+        assert!(refused.unwrap().is_contended());
+        let (refused, refused_again) = counted(&proxy, backend.acquire(&key, ttl)).await;
+        assert!(refused.unwrap().is_contended());
         let (extended, extend) = counted(&proxy, backend.extend(&plain.lock_id, ttl)).await;
         assert!(extended.unwrap().expires_at_ms().is_some());
         let (released, release) = counted(&proxy, backend.release(&plain.lock_id)).await;
@@ -1128,6 +1135,7 @@ async fn holder_operations_cost_the_round_trips_of_the_plain_ones() {
         if round > 0 {
             for (name, count) in [
                 ("acquire", acquire),
+                ("acquire refused again", refused_again),
                 ("extend", extend),
                 ("release", release),
                 ("acquire_as", acquire_as),
@@ -1150,6 +1158,11 @@ async fn holder_operations_cost_the_round_trips_of_the_plain_ones() {
     );
     assert_eq!(fewest("extend_by"), fewest("extend"), "{counts:?}");
     assert_eq!(
+        fewest("acquire refused again"),
+        fewest("acquire"),
+        "{counts:?}"
+    );
+    assert_eq!(
         fewest("acquire"),
         fewest("release"),
         "one statement, as release: {counts:?}"
@@ -1158,6 +1171,81 @@ async fn holder_operations_cost_the_round_trips_of_the_plain_ones() {
         fewest("acquire"),
         1,
         "one exchange per operation: the connection is kept, not pinged back into the pool"
+    );
+}
+
+/// A free key taken by another writer between the snapshot of the plain statement for free
+/// keys and its insert: the insert fails on the key's unique index, nothing of it stays (the
+/// fence counter is as the last lock left it), and the acquire function answers: refused.
+#[tokio::test]
+async fn a_free_key_taken_during_the_plain_acquire_is_refused_and_costs_no_fence() {
+    let schema = unique("racing");
+    let config = PostgresConfig::new().with_schema(&schema);
+    let pool = pool(4).await;
+    setup_schema(&pool, &config).await.unwrap();
+    let backend = PostgresBackend::new(pool.clone(), config).unwrap();
+    let ttl = Duration::from_secs(30);
+    let key = conformance::unique_key("racing");
+    // A lock taken and released: the key's fence counter exists, the key has no row.
+    let first = backend.acquire(&key, ttl).await.unwrap().lease().unwrap();
+    assert!(backend.release(&first.lock_id).await.unwrap().is_released());
+    let fence = async || -> i64 {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT fence FROM \"{schema}\".syncguard_fence_counters WHERE key_debug = $1"
+        )))
+        .bind(&key)
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    assert_eq!(fence().await as u64, first.fence.get());
+
+    // Another writer's live lock on the key, inserted and not yet committed.
+    let mut writer = pool.begin().await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO \"{schema}\".syncguard_locks \
+         (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key, contended) \
+         SELECT $1, $2, now_ms + 60000, now_ms, '999999999999999', $3, TRUE \
+         FROM (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::BIGINT AS now_ms) AS clock"
+    )))
+    .bind(make_storage_key("", &key, 1700, 0).unwrap())
+    .bind(LockId::generate().as_str())
+    .bind(&key)
+    .execute(&mut *writer)
+    .await
+    .unwrap();
+    let racing = tokio::spawn({
+        let (backend, key) = (backend.clone(), key.clone());
+        async move { backend.acquire(&key, ttl).await }
+    });
+    // Until the plain statement (which names this test's schema) waits on the writer's row.
+    let waiting = format!("%\"{schema}\"%pg_try_advisory_xact_lock%");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let waits: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1",
+        )
+        .bind(&waiting)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if waits > 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the plain acquire statement never waited on the uncommitted row"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    writer.commit().await.unwrap();
+
+    let outcome = racing.await.unwrap().unwrap();
+    assert!(outcome.is_contended(), "{outcome:?}");
+    assert_eq!(
+        fence().await as u64,
+        first.fence.get(),
+        "the failed insert took its fence increment back"
     );
 }
 

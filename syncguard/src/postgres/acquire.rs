@@ -1,5 +1,6 @@
-//! Acquiring, with or without a holder: one call of the acquire function, what a retry finds
-//! of its first run, and who releases a lock whose acquire has an unknown outcome.
+//! Acquiring, with or without a holder: a plain statement when the key has no row, else one
+//! call of the acquire function; what a retry finds of its first run, and who releases a lock
+//! whose acquire has an unknown outcome.
 //!
 //! # A retried, or lost, acquire with a holder
 //!
@@ -54,7 +55,17 @@ impl PostgresBackend {
         let storage_key = make_storage_key("", &key, STORAGE_KEY_LIMIT_BYTES, 0)?;
         let fence_key = make_fence_key("", &storage_key, STORAGE_KEY_LIMIT_BYTES, 0)?;
         let lock_id = LockId::generate();
-        let (acquire, lookup_by_id) = (&self.inner.acquire, &self.inner.lookup_by_id);
+        // A key without a row is taken by a plain statement; a lock there (live or expired),
+        // or another acquire of the key under way, leaves it to the acquire function, which
+        // then runs after it. Both keep the same guarantees (`statements.rs`). An acquire with
+        // a holder, often a re-entry, and one of a key refused lately (`refused.rs`) likely
+        // finds a row: they call the function alone.
+        let try_free = holder.is_none() && !self.refused.contains(&storage_key);
+        let statements = (
+            &self.inner.acquire_free,
+            &self.inner.acquire,
+            &self.inner.lookup_by_id,
+        );
         let in_doubt = match holder {
             None => AcquireInDoubt::new(self, &lock_id, ttl),
             // Its lock id may be another caller's by now (see the module docs).
@@ -67,8 +78,32 @@ impl PostgresBackend {
                     (key.to_string(), storage_key.clone(), fence_key.clone());
                 let lock_id = lock_id.as_str().to_owned();
                 let holder = holder.map(str::to_owned);
-                let (acquire, lookup_by_id) = (acquire.clone(), lookup_by_id.clone());
+                let (acquire_free, acquire, lookup_by_id) = (
+                    statements.0.clone(),
+                    statements.1.clone(),
+                    statements.2.clone(),
+                );
                 boxed(async move {
+                    if try_free {
+                        let free = sqlx::query(acquire_free)
+                            .bind(&storage_key)
+                            .bind(&key)
+                            .bind(&fence_key)
+                            .bind(&lock_id)
+                            .bind(as_bigint(ttl_ms))
+                            .bind(as_bigint(FENCE_MAX))
+                            .bind(&holder)
+                            .fetch_optional(&mut *conn)
+                            .await;
+                        match free {
+                            Ok(Some(row)) => return Ok(Acquired::Row(row)),
+                            Ok(None) => {}
+                            // An acquire of the key committed after this statement's snapshot
+                            // was taken: nothing was stored; the function sees that lock.
+                            Err(error) if is_unique_violation(&error) => {}
+                            Err(error) => return Err(error),
+                        }
+                    }
                     let row = sqlx::query(acquire)
                         .bind(&storage_key)
                         .bind(&key)
@@ -98,22 +133,23 @@ impl PostgresBackend {
                 })
             })
             .await;
-        match outcome {
+        let outcome = match outcome {
             // A retry found another holder: the first run may still land, so the acquire stays
             // in doubt (released in the background when `in_doubt` drops).
             Ok(Acquired::HeldByAnother(refusal)) => holder_expiry(&refusal),
             Ok(Acquired::Row(row)) => {
                 in_doubt.settle();
-                if !row.try_get::<bool, _>(0).map_err(decode_error)? {
-                    return holder_expiry(&row);
+                if row.try_get::<bool, _>(0).map_err(decode_error)? {
+                    // This call's lock id, or the re-entered lock's.
+                    let held: String = row.try_get(3).map_err(decode_error)?;
+                    Ok(AcquireOutcome::Acquired(Lease::new(
+                        parse_lock_id(&held)?,
+                        millis(&row, 1)?,
+                        Fence::new(millis(&row, 2)?)?,
+                    )))
+                } else {
+                    holder_expiry(&row)
                 }
-                // This call's lock id, or the re-entered lock's.
-                let held: String = row.try_get(3).map_err(decode_error)?;
-                Ok(AcquireOutcome::Acquired(Lease::new(
-                    parse_lock_id(&held)?,
-                    millis(&row, 1)?,
-                    Fence::new(millis(&row, 2)?)?,
-                )))
             }
             Ok(Acquired::OwnLock(row)) => {
                 in_doubt.settle();
@@ -128,8 +164,20 @@ impl PostgresBackend {
                 in_doubt.settle_if_certain(&error);
                 Err(error)
             }
+        };
+        match &outcome {
+            Ok(AcquireOutcome::Acquired(_)) => self.refused.taken(&storage_key),
+            Ok(AcquireOutcome::Contended(_)) => self.refused.refused(&storage_key),
+            Err(_) => {}
         }
+        outcome
     }
+}
+
+fn is_unique_violation(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .is_some_and(|error| error.kind() == sqlx::error::ErrorKind::UniqueViolation)
 }
 
 /// What an acquire statement found.

@@ -6,11 +6,14 @@
 //! clock decides expiry. Every operation is **one statement**, so the caller waits for one
 //! round trip, and the server does one exchange (a connection whose statement ended normally
 //! is kept for the next statement, instead of going back to the pool, where sqlx 0.9 would
-//! ping it; kept connections return to the pool after a second idle): acquire (and
-//! `acquire_as`) is
-//! a server-side function that [`setup_schema`] installs (the reference runs the same steps as
-//! an eight-round-trip transaction); release, extend, `extend_by`, `is_locked` and lookups are
-//! single statements whose `WHERE` clause checks ownership and liveness, so that a concurrent
+//! ping it; kept connections return to the pool after a second idle). An acquire of a key
+//! without a row (the common case) is one plain statement that increments the fence counter
+//! and inserts the lock; one that finds a row (refused, re-entering, replacing an expired
+//! lock) calls a server-side function that [`setup_schema`] installs (the reference runs the
+//! same steps as an eight-round-trip transaction). The first refusal on a key costs the two
+//! statements; for a second after it, that key's acquires call the function at once, as
+//! `acquire_as` always does. Release, extend, `extend_by`, `is_locked` and lookups are single
+//! statements whose `WHERE` clause checks ownership and liveness, so that a concurrent
 //! writer makes PostgreSQL check them again on the newest row. Waiters wake when a lock is
 //! released: releases are announced with `pg_notify` and heard on one listening connection
 //! per backend ([waiting](#waiting)).
@@ -105,7 +108,8 @@
 //! hashed, see [`STORAGE_KEY_LIMIT_BYTES`]), fence keys the two-step
 //! [`make_fence_key("", storage key, 1700, 0)`](crate::key::make_fence_key), and fences the
 //! BIGINT counter, written as 15 digits in the lock row (the first is `000000000000001`).
-//! Acquires serialize on the same advisory lock as the reference's transaction. So Rust and
+//! Acquires serialize on the same advisory lock as the reference's transaction (the plain
+//! statement takes it without waiting, and leaves a key whose lock is taken to the function). So Rust and
 //! TypeScript services sharing the tables keep mutual exclusion and fence order on every key;
 //! a test runs this backend's acquires against the reference's eight-statement transaction on
 //! one key and checks exactly that. TypeScript services do not need the acquire function.
@@ -272,6 +276,7 @@ mod in_doubt;
 mod kept;
 mod listener;
 mod operations;
+mod refused;
 mod session;
 mod statements;
 
@@ -285,6 +290,7 @@ pub use config::PostgresConfig;
 use error::map_error;
 use listener::ReleaseListener;
 use operations::guarded_tolerance_ms;
+use refused::RecentlyRefused;
 use session::{Session, boxed};
 use statements::Inner;
 
@@ -324,6 +330,8 @@ pub struct PostgresBackend {
     /// Wakes this process's waiters on announced releases; `None` when the configuration
     /// announces none ([`PostgresConfig::with_release_notifications`]).
     listener: Option<Arc<ReleaseListener>>,
+    /// Keys whose acquires were refused lately: theirs skip the statement for free keys.
+    refused: Arc<RecentlyRefused>,
 }
 
 /// Creates the tables, indexes, trigger and functions for `config`, if missing, adds the
@@ -373,6 +381,7 @@ impl PostgresBackend {
             session: Arc::new(Session::new(pool, &inner.config)),
             inner: Arc::new(inner),
             listener,
+            refused: Arc::default(),
         })
     }
 

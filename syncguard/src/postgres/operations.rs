@@ -18,35 +18,47 @@ use crate::{LockError, LockId};
 
 impl PostgresBackend {
     pub(super) async fn release_impl(&self, lock_id: &LockId) -> Result<ReleaseOutcome, LockError> {
-        let sql = &self.inner.release;
-        let row = self
+        let (release, released_by) = (&self.inner.release, &self.inner.released_by);
+        let released = self
             .session
             .run(|conn, _| {
-                boxed(
-                    sqlx::query(sql.clone())
-                        .bind(lock_id.as_str().to_owned())
+                let (release, released_by) = (release.clone(), released_by.clone());
+                let lock_id = lock_id.as_str().to_owned();
+                boxed(async move {
+                    let row = sqlx::query(release)
+                        .bind(lock_id.clone())
                         .bind(as_bigint(TIME_TOLERANCE_MS))
-                        .fetch_one(conn),
-                )
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                    if let Some(row) = row {
+                        return Ok(Ok(row));
+                    }
+                    // Nothing deleted, the rare case: whether the lock is there (expired) or
+                    // gone tells the caller why.
+                    let found: bool = sqlx::query_scalar(released_by)
+                        .bind(lock_id)
+                        .fetch_one(&mut *conn)
+                        .await?;
+                    Ok(Err(not_held_reason(found)))
+                })
             })
             .await?;
-        let released: bool = row.try_get(0).map_err(decode_error)?;
-        let found: bool = row.try_get(1).map_err(decode_error)?;
+        let row = match released {
+            Ok(row) => row,
+            Err(reason) => return Ok(ReleaseOutcome::NotHeld(Some(reason))),
+        };
         // A release the server did not announce (nobody was refused during the hold) may
         // still have waiters in this process: those queued behind one of theirs that took the
         // lock wait for their turn without trying it, so were never refused. They are woken
         // here.
         if let Some(listener) = &self.listener {
-            let unannounced: Option<String> = row.try_get(3).map_err(decode_error)?;
-            if let Some(key) = unannounced {
+            let announced: bool = row.try_get(1).map_err(decode_error)?;
+            if !announced {
+                let key: String = row.try_get(0).map_err(decode_error)?;
                 listener.released_here(&key);
             }
         }
-        Ok(if released {
-            ReleaseOutcome::Released
-        } else {
-            ReleaseOutcome::NotHeld(Some(not_held_reason(found)))
-        })
+        Ok(ReleaseOutcome::Released)
     }
 
     /// Runs `sql`, the extend statement or the extend-by one, on the live lock of `lock_id`

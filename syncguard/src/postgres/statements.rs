@@ -18,8 +18,12 @@ macro_rules! now_ms {
 /// The configuration, and the statements rendered from it.
 pub(super) struct Inner {
     pub(super) config: PostgresConfig,
+    pub(super) acquire_free: SqlStr,
     pub(super) acquire: SqlStr,
     pub(super) release: SqlStr,
+    /// Whether a row of the lock id exists: after a release deleted nothing, it tells an
+    /// expired lock from one not found.
+    pub(super) released_by: SqlStr,
     pub(super) extend: SqlStr,
     pub(super) extend_by: SqlStr,
     pub(super) is_locked: SqlStr,
@@ -40,6 +44,7 @@ impl Inner {
         config.validate()?;
         let Names {
             locks,
+            fences,
             acquire: acquire_fn,
             ..
         } = Names::new(&config);
@@ -54,21 +59,19 @@ impl Inner {
         // before). NOTIFY is transactional: only a committed release is announced. The payload
         // is the normalized key; PostgreSQL refuses payloads of 8000 bytes or more, which no
         // key of ours reaches (512 at most) but a row written by hand could: such a release is
-        // not announced rather than failed. The aggregate makes PostgreSQL call `pg_notify`
-        // once per deleted row. An unannounced release answers with its key, so that this
-        // process's own waiters are woken without the server (`release_impl`).
-        let (returning, announce) = if config.release_notifications() {
-            (
-                ", (to_jsonb(l) -> 'contended') IS DISTINCT FROM 'false'::jsonb \
-                 AND octet_length(l.user_key) < 8000 AS announce",
-                format!(
-                    ", (SELECT count(pg_notify('{channel}', user_key)) FROM released WHERE announce) AS announced, \
-                     (SELECT user_key FROM released WHERE NOT announce) AS unannounced",
-                    channel = config.release_channel()
-                ),
+        // not announced rather than failed. `RETURNING` calls `pg_notify` for the deleted row
+        // only. A release answers with its key and whether it was announced, so that this
+        // process's own waiters of an unannounced one are woken without the server
+        // (`release_impl`).
+        let announced = if config.release_notifications() {
+            format!(
+                ", (CASE WHEN (to_jsonb(l) -> 'contended') IS DISTINCT FROM 'false'::jsonb \
+                 AND octet_length(l.user_key) < 8000 \
+                 THEN pg_notify('{channel}', l.user_key) END) IS NOT NULL",
+                channel = config.release_channel()
             )
         } else {
-            ("", String::new())
+            String::new()
         };
         let lookup = |column: &str| {
             statement(format!(
@@ -77,21 +80,51 @@ impl Inner {
             ))
         };
         Ok(Self {
+            // A key without a row, the common case, taken by one plain statement, which costs
+            // the server far less than the acquire function. It inserts only while no row of
+            // the key exists and it holds the reference's advisory lock on the key, which every
+            // writer of a lock row holds (this library's acquires, and the reference's): one
+            // that committed between this statement's snapshot and its advisory lock makes the
+            // insert fail on the key's unique index (a unique violation), so it never overwrites
+            // a lock. It takes nothing (no row, so the caller runs the acquire function) when a
+            // row exists (live, expired or being released), when another transaction holds
+            // the advisory lock (it does not wait for it: a wait would leave it reading an older
+            // snapshot), or when the fence counter would leave 1..=$6 (the function then says
+            // so). The counter is only incremented with the insert, in the same statement.
+            acquire_free: statement(format!(
+                "WITH fence AS (\
+                   INSERT INTO {fences} AS f (fence_key, fence, key_debug) \
+                   SELECT $3, 1, $2 \
+                   WHERE NOT EXISTS (SELECT 1 FROM {locks} AS l WHERE l.key = $1) \
+                     AND pg_try_advisory_xact_lock(hashtext($1)) \
+                   ON CONFLICT (fence_key) DO UPDATE SET fence = f.fence + 1 \
+                     WHERE f.fence >= 0 AND f.fence < $6 \
+                   RETURNING f.fence), \
+                 clock AS (SELECT {now} AS ms) \
+                 INSERT INTO {locks} AS l (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key, holder, contended) \
+                 SELECT $1, $4, clock.ms + $5, clock.ms, lpad(fence.fence::TEXT, 15, '0'), $2, $7, FALSE \
+                 FROM fence, clock \
+                 RETURNING TRUE AS acquired, l.expires_at_ms, l.fence::BIGINT AS fence, l.lock_id"
+            )),
             // With a holder ($8, NULL for none) it also re-enters that holder's live lock, and
             // answers with the lock id held (the re-entered one).
             acquire: statement(format!(
                 "SELECT acquired, expires_at_ms, fence, lock_id \
                  FROM {acquire_fn}($1, $2, $3, $4, $5, $6, $7, $8)"
             )),
-            // Resolve, verify ownership and liveness, and delete in one atomic statement. A
+            // Verify ownership and liveness, and delete, in one atomic statement: a row when
+            // released, none otherwise (`released_by` tells not found from expired). A
             // competing writer makes PostgreSQL re-check `lock_id` and expiry on the row's
-            // newest version, so a lock taken over in between is never deleted, and the mark
-            // of a refusal that committed meanwhile is read.
+            // newest version, so a lock taken over in between is never deleted, and the mark of
+            // a refusal that committed meanwhile is read. With notifications, the second
+            // column says whether the release was announced (`pg_notify` returns void, which is
+            // not NULL; it runs only for the row deleted).
             release: statement(format!(
-                "WITH target AS (SELECT 1 FROM {locks} WHERE lock_id = $1), \
-                 released AS (DELETE FROM {locks} AS l WHERE l.lock_id = $1 AND l.expires_at_ms > {now} - $2 \
-                   RETURNING l.user_key{returning}) \
-                 SELECT EXISTS (SELECT 1 FROM released) AS released, EXISTS (SELECT 1 FROM target) AS found{announce}"
+                "DELETE FROM {locks} AS l WHERE l.lock_id = $1 AND l.expires_at_ms > {now} - $2 \
+                 RETURNING l.user_key{announced}"
+            )),
+            released_by: statement(format!(
+                "SELECT EXISTS (SELECT 1 FROM {locks} WHERE lock_id = $1)"
             )),
             extend: statement(format!(
                 "WITH target AS (SELECT 1 FROM {locks} WHERE lock_id = $1), \
