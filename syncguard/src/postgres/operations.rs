@@ -18,11 +18,11 @@ use crate::{LockError, LockId};
 
 impl PostgresBackend {
     pub(super) async fn release_impl(&self, lock_id: &LockId) -> Result<ReleaseOutcome, LockError> {
-        let (release, released_by) = (&self.inner.release, &self.inner.released_by);
+        let (release, lock_id_stored) = (&self.inner.release, &self.inner.lock_id_stored);
         let released = self
             .session
             .run(|conn, _| {
-                let (release, released_by) = (release.clone(), released_by.clone());
+                let (release, lock_id_stored) = (release.clone(), lock_id_stored.clone());
                 let lock_id = lock_id.as_str().to_owned();
                 boxed(async move {
                     let row = sqlx::query(release)
@@ -35,7 +35,7 @@ impl PostgresBackend {
                     }
                     // Nothing deleted, the rare case: whether the lock is there (expired) or
                     // gone tells the caller why.
-                    let found: bool = sqlx::query_scalar(released_by)
+                    let found: bool = sqlx::query_scalar(lock_id_stored)
                         .bind(lock_id)
                         .fetch_one(&mut *conn)
                         .await?;

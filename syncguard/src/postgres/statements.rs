@@ -23,7 +23,7 @@ pub(super) struct Inner {
     pub(super) release: SqlStr,
     /// Whether a row of the lock id exists: after a release deleted nothing, it tells an
     /// expired lock from one not found.
-    pub(super) released_by: SqlStr,
+    pub(super) lock_id_stored: SqlStr,
     pub(super) extend: SqlStr,
     pub(super) extend_by: SqlStr,
     pub(super) is_locked: SqlStr,
@@ -113,7 +113,7 @@ impl Inner {
                  FROM {acquire_fn}($1, $2, $3, $4, $5, $6, $7, $8)"
             )),
             // Verify ownership and liveness, and delete, in one atomic statement: a row when
-            // released, none otherwise (`released_by` tells not found from expired). A
+            // released, none otherwise (`lock_id_stored` tells not found from expired). A
             // competing writer makes PostgreSQL re-check `lock_id` and expiry on the row's
             // newest version, so a lock taken over in between is never deleted, and the mark of
             // a refusal that committed meanwhile is read. With notifications, the second
@@ -123,7 +123,7 @@ impl Inner {
                 "DELETE FROM {locks} AS l WHERE l.lock_id = $1 AND l.expires_at_ms > {now} - $2 \
                  RETURNING l.user_key{announced}"
             )),
-            released_by: statement(format!(
+            lock_id_stored: statement(format!(
                 "SELECT EXISTS (SELECT 1 FROM {locks} WHERE lock_id = $1)"
             )),
             extend: statement(format!(
