@@ -182,7 +182,8 @@ fn is_unique_violation(error: &sqlx::Error) -> bool {
 
 /// What an acquire statement found.
 enum Acquired {
-    /// The acquire function's row: taken (or re-entered), or contended.
+    /// The row of the plain statement (taken) or of the acquire function (taken, re-entered,
+    /// or contended).
     Row(PgRow),
     /// A retried plain acquire found the lock its first run took (a lookup row).
     OwnLock(PgRow),
