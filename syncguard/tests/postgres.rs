@@ -1174,6 +1174,53 @@ async fn holder_operations_cost_the_round_trips_of_the_plain_ones() {
     );
 }
 
+/// A live lock on `key` in `schema`'s table, inserted by another writer whose transaction
+/// stays open (uncommitted) until the caller commits or rolls back the returned transaction.
+async fn insert_uncommitted_lock(
+    pool: &PgPool,
+    schema: &str,
+    key: &str,
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut writer = pool.begin().await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO \"{schema}\".syncguard_locks \
+         (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key, contended) \
+         SELECT $1, $2, now_ms + 60000, now_ms, '999999999999999', $3, TRUE \
+         FROM (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::BIGINT AS now_ms) AS clock"
+    )))
+    .bind(make_storage_key("", key, 1700, 0).unwrap())
+    .bind(LockId::generate().as_str())
+    .bind(key)
+    .execute(&mut *writer)
+    .await
+    .unwrap();
+    writer
+}
+
+/// Until the plain acquire statement of a backend on `schema` (its SQL names the schema)
+/// waits on a row another transaction inserted.
+async fn wait_for_the_plain_acquire(pool: &PgPool, schema: &str) {
+    let waiting = format!("%\"{schema}\"%pg_try_advisory_xact_lock%");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let waits: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1",
+        )
+        .bind(&waiting)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        if waits > 0 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the plain acquire statement never waited on the uncommitted row"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// A free key taken by another writer between the snapshot of the plain statement for free
 /// keys and its insert: the insert fails on the key's unique index, nothing of it stays (the
 /// fence counter is as the last lock left it), and the acquire function answers: refused.
@@ -1201,43 +1248,12 @@ async fn a_free_key_taken_during_the_plain_acquire_is_refused_and_costs_no_fence
     assert_eq!(fence().await as u64, first.fence.get());
 
     // Another writer's live lock on the key, inserted and not yet committed.
-    let mut writer = pool.begin().await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "INSERT INTO \"{schema}\".syncguard_locks \
-         (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key, contended) \
-         SELECT $1, $2, now_ms + 60000, now_ms, '999999999999999', $3, TRUE \
-         FROM (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::BIGINT AS now_ms) AS clock"
-    )))
-    .bind(make_storage_key("", &key, 1700, 0).unwrap())
-    .bind(LockId::generate().as_str())
-    .bind(&key)
-    .execute(&mut *writer)
-    .await
-    .unwrap();
+    let writer = insert_uncommitted_lock(&pool, &schema, &key).await;
     let racing = tokio::spawn({
         let (backend, key) = (backend.clone(), key.clone());
         async move { backend.acquire(&key, ttl).await }
     });
-    // Until the plain statement (which names this test's schema) waits on the writer's row.
-    let waiting = format!("%\"{schema}\"%pg_try_advisory_xact_lock%");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let waits: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1",
-        )
-        .bind(&waiting)
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-        if waits > 0 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the plain acquire statement never waited on the uncommitted row"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for_the_plain_acquire(&pool, &schema).await;
     writer.commit().await.unwrap();
 
     let outcome = racing.await.unwrap().unwrap();
@@ -1247,6 +1263,56 @@ async fn a_free_key_taken_during_the_plain_acquire_is_refused_and_costs_no_fence
         first.fence.get(),
         "the failed insert took its fence increment back"
     );
+}
+
+/// A plain acquire whose statement waits on another writer's uncommitted row past the
+/// operation timeout fails within it; when that writer rolls back, the statement may still land
+/// and take the lock under the failed call's lock id, which nobody holds: it is released in the
+/// background, and the key is free again.
+#[tokio::test]
+async fn a_plain_acquire_past_its_timeout_leaves_nothing_held() {
+    let schema = unique("stalled");
+    let config = PostgresConfig::new()
+        .with_schema(&schema)
+        .with_operation_timeout(Duration::from_millis(300));
+    let pool = pool(4).await;
+    setup_schema(&pool, &config).await.unwrap();
+    let backend = PostgresBackend::new(pool.clone(), config).unwrap();
+    let key = conformance::unique_key("stalled");
+
+    let writer = insert_uncommitted_lock(&pool, &schema, &key).await;
+    let stalled = tokio::spawn({
+        let (backend, key) = (backend.clone(), key.clone());
+        async move {
+            let started = tokio::time::Instant::now();
+            (
+                backend.acquire(&key, Duration::from_secs(30)).await,
+                started.elapsed(),
+            )
+        }
+    });
+    wait_for_the_plain_acquire(&pool, &schema).await;
+    let (outcome, took) = stalled.await.unwrap();
+    let error = outcome.unwrap_err();
+    assert_eq!(error.code(), ErrorCode::NetworkTimeout, "{error}");
+    assert!(took < Duration::from_secs(5), "returned after {took:?}");
+    writer.rollback().await.unwrap();
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while backend.is_locked(&key).await.unwrap() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the lock of the failed acquire was never released"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let lease = backend
+        .acquire(&key, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .lease()
+        .expect("free again");
+    assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
 }
 
 /// Connections the backend keeps between statements go back to the pool once idle (so that a
