@@ -74,6 +74,11 @@ impl Batcher {
         }
     }
 
+    /// What every batch call of this backend passes, and how it reaches the server.
+    pub(crate) fn header(&self) -> &Header {
+        &self.header
+    }
+
     /// Runs `op`, in a script call of its own when its caller is the only one, else in the
     /// next batch, and returns its reply.
     pub(crate) async fn run(&self, op: Op) -> Result<Reply, LockError> {

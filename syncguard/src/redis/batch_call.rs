@@ -3,9 +3,9 @@
 
 use ::redis::Value;
 
-use super::connection::{Conn, ConnError, evalsha};
+use super::batch_function::BatchFunction;
+use super::connection::{Conn, ConnError};
 use super::error::{error_from_reply, unexpected_reply};
-use super::scripts::{self, LuaScript};
 use crate::time::TIME_TOLERANCE_MS;
 use crate::{LockError, LockId};
 
@@ -99,6 +99,8 @@ pub(crate) struct Header {
     pub(crate) index_prefix: Box<str>,
     /// Where releases are published (`<prefix>:released`); empty when they are not.
     pub(crate) release_channel: Box<str>,
+    /// Whether the batch is called as a function on this backend's server, or as a script.
+    pub(crate) function: BatchFunction,
 }
 
 /// What an operation got back: its slot of the batch reply, and the server time of the batch
@@ -136,13 +138,12 @@ pub(super) async fn send(
     header: &Header,
     ops: &[Op],
 ) -> Result<Vec<Result<Reply, LockError>>, Failure> {
-    let lua: &LuaScript = &scripts::BATCH;
     let keys = ops.iter().map(Op::keys).sum();
     let args = ops.iter().map(Op::args).sum::<usize>() + 3;
     let bytes = ops.iter().map(Op::bytes).sum::<usize>()
         + header.index_prefix.len()
         + header.release_channel.len();
-    let mut cmd = evalsha(lua, keys, args, bytes);
+    let mut cmd = header.function.command(keys, args, bytes);
     for op in ops {
         match op {
             Op::Acquire {
@@ -224,7 +225,10 @@ pub(super) async fn send(
             }
         }
     }
-    let reply = conn.eval(lua, &cmd).await.map_err(Failure::Conn)?;
+    let reply = conn
+        .batch(&header.function, &cmd)
+        .await
+        .map_err(Failure::Conn)?;
     let Value::Array(mut replies) = reply else {
         return Err(Failure::Reply(reply));
     };

@@ -1,9 +1,11 @@
 //! The connection a backend runs its scripts on: one multiplexed `ConnectionManager`, or a
-//! deadpool-redis pool; script calls by EVALSHA, with the EVAL fallback after a NOSCRIPT.
+//! deadpool-redis pool; script calls by EVALSHA, with the EVAL fallback after a NOSCRIPT, and
+//! the batch by `batch_function`.
 
 use ::redis::aio::{ConnectionLike, ConnectionManager};
-use ::redis::{Arg, Cmd, ErrorKind, ServerErrorKind, Value};
+use ::redis::{Cmd, Value};
 
+use super::batch_function::BatchFunction;
 use super::error::{self, map_pool_error, map_redis_error};
 use super::scripts::{self, LuaScript};
 use crate::LockError;
@@ -38,57 +40,61 @@ impl ConnError {
     }
 }
 
+/// What a command runs: a script, or the batch (a function or a script).
+#[derive(Clone, Copy)]
+enum Runs<'a> {
+    Script(&'a LuaScript),
+    Batch(&'a BatchFunction),
+}
+
 impl Conn {
     /// Runs one script command on a connection of this mode, reloading the script once on
     /// NOSCRIPT.
     pub(super) async fn eval(&self, lua: &LuaScript, cmd: &Cmd) -> Result<Value, ConnError> {
+        self.run(Runs::Script(lua), cmd).await
+    }
+
+    /// Runs one batch call, made by [`BatchFunction::command`].
+    pub(super) async fn batch(
+        &self,
+        function: &BatchFunction,
+        cmd: &Cmd,
+    ) -> Result<Value, ConnError> {
+        self.run(Runs::Batch(function), cmd).await
+    }
+
+    async fn run(&self, runs: Runs<'_>, cmd: &Cmd) -> Result<Value, ConnError> {
         match self {
-            Conn::Manager(manager) => eval_on(&mut manager.clone(), lua, cmd).await,
+            Conn::Manager(manager) => run_on(&mut manager.clone(), runs, cmd).await,
             Conn::Pool(pool) => {
                 let mut pooled = pool.get().await.map_err(ConnError::Pool)?;
-                eval_on(&mut pooled, lua, cmd).await
+                run_on(&mut pooled, runs, cmd).await
             }
         }
         .map_err(ConnError::Redis)
     }
 }
 
-/// `EVALSHA <sha> <nkeys>`, with room for the keys and arguments that follow.
-pub(super) fn evalsha(lua: &LuaScript, keys: usize, args: usize, data_bytes: usize) -> Cmd {
-    let mut cmd = Cmd::with_capacity(3 + keys + args, data_bytes + 64);
-    cmd.arg("EVALSHA").arg(lua.script.get_hash()).arg(keys);
-    cmd
-}
-
-async fn eval_on<C: ConnectionLike>(
+async fn run_on<C: ConnectionLike>(
     conn: &mut C,
-    lua: &LuaScript,
+    runs: Runs<'_>,
     cmd: &Cmd,
 ) -> Result<Value, ::redis::RedisError> {
-    match cmd.query_async::<Value>(conn).await {
-        Ok(value) => Ok(value),
-        Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            // The script cache was emptied (SCRIPT FLUSH, restart, failover): send the same
-            // call once as EVAL, which runs the script and caches it again in one round trip.
-            let args = cmd.args_iter().skip(2);
-            let mut eval = Cmd::with_capacity(args.len() + 2, lua.code.len() + 256);
-            eval.arg("EVAL").arg(lua.code);
-            for arg in args {
-                if let Arg::Simple(bytes) = arg {
-                    eval.arg(bytes);
-                }
-            }
-            eval.query_async::<Value>(conn).await
-        }
-        Err(error) => Err(error),
+    match runs {
+        Runs::Script(lua) => lua.run_on(conn, cmd).await,
+        Runs::Batch(function) => function.run(conn, cmd).await,
     }
 }
 
-pub(super) async fn load_all<C: ConnectionLike>(conn: &mut C) -> Result<(), LockError> {
+/// Loads every script, and the batch library unless the server or user cannot have it.
+pub(super) async fn load_all<C: ConnectionLike>(
+    conn: &mut C,
+    function: &BatchFunction,
+) -> Result<(), LockError> {
     for lua in scripts::all() {
         lua.script.load_async(conn).await.map_err(map_redis_error)?;
     }
-    Ok(())
+    function.load(conn).await.map_err(map_redis_error)
 }
 
 /// Makes *ring* rustls' process-wide default provider unless one is installed: redis-rs

@@ -1,8 +1,14 @@
-//! The Redis backend (feature `redis`): Lua scripts run by EVALSHA, over a multiplexed
+//! The Redis backend (feature `redis`): Lua scripts run by EVALSHA, and on Redis 7 and later
+//! the acquire/release/extend script as a Redis function (`FCALL`), over a multiplexed
 //! auto-reconnecting connection (the default) or a deadpool-redis pool.
 //!
 //! The server's clock (`TIME`) decides expiry; fences come from `INCR`. After a `SCRIPT FLUSH`
-//! or a restart, a call is sent once more as EVAL, which caches its script again. The acquire,
+//! or a restart, a call is sent once more as EVAL, which caches its script again. The function
+//! library (`syncguard_<hash>`, loaded with `FUNCTION LOAD`) saves the server the script's
+//! set-up on every call; a call that finds it missing (`FUNCTION FLUSH`, a failover) loads it
+//! again, and a server without functions (Redis 6) or a user not permitted them gets the same
+//! script by EVALSHA. A function is refused whole over `maxmemory`, so such a call goes by
+//! EVALSHA too, where a release still frees its lock. The acquire,
 //! release and extend calls waiting at the same moment run in one script call (up to 64 of
 //! them, up to 4 such calls awaiting replies), each exactly as it would run alone: a lone
 //! caller pays one round trip, many callers share a few. A call that meets bad data fails
@@ -140,7 +146,7 @@
 //! |---|---|
 //! | I/O errors, dropped or refused connections, rejected TLS certificates; `LOADING`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `READONLY`, `BUSY`, `OOM`, `MISCONF`; a closed pool; scripts lost again right after loading | `ServiceUnavailable` |
 //! | no reply within the response timeout; pool timeouts (waiting, opening, checking a connection) | `NetworkTimeout` |
-//! | `NOAUTH`, `WRONGPASS`, `NOPERM` (the user needs `GET`, `SET`, `DEL`, `INCR`, `TIME`, `EVALSHA`, `SCRIPT LOAD`) | `AuthFailed` |
+//! | `NOAUTH`, `WRONGPASS`, `NOPERM` (the user needs `GET`, `SET`, `DEL`, `INCR`, `TIME`, `EVALSHA`, `EVAL`, `SCRIPT LOAD`; `FCALL` and `FUNCTION LOAD` are used when permitted) | `AuthFailed` |
 //! | `WRONGTYPE`, and data under a lock key that is not SyncGuard lock JSON (another program writes under the prefix) | `InvalidArgument` |
 //! | anything else | `Internal` |
 //!
@@ -179,6 +185,7 @@
 
 mod batch;
 mod batch_call;
+mod batch_function;
 mod builder;
 mod config;
 mod connection;
@@ -211,7 +218,7 @@ use error::map_pool_error;
 use keys::Layout;
 use subscriber::ReleaseSubscriber;
 
-/// Distributed locks on Redis: Lua scripts by EVALSHA (concurrent acquire, release and extend
+/// Distributed locks on Redis: Lua scripts by FCALL or EVALSHA (concurrent acquire, release and extend
 /// calls batched into one), server time (`TIME`) as the time authority, fences from `INCR`.
 ///
 /// Cheap to clone (an `Arc` inside): clone it into tasks. Build it with
@@ -360,6 +367,7 @@ impl RedisBackend {
             } else {
                 "".into()
             },
+            function: batch_function::BatchFunction::default(),
         };
         // Off, nothing subscribes (nor does a client given later).
         let (client, net) = subscriber.filter(|_| config.release_notifications).unzip();
@@ -519,9 +527,10 @@ impl RedisBackend {
         self.inner.layout.index_key(lock_id)
     }
 
-    /// Loads every script into the server's script cache (`SCRIPT LOAD`). Operations reload
-    /// them on their own after a `SCRIPT FLUSH` or a restart; this only moves the first load
-    /// (and any permission error) up front.
+    /// Loads every script into the server's script cache (`SCRIPT LOAD`), and the batch's
+    /// function library (`FUNCTION LOAD`) where the server has functions and the user may load
+    /// them. Operations reload both on their own after a `SCRIPT FLUSH`, a `FUNCTION FLUSH` or
+    /// a restart; this only moves the first load (and any permission error) up front.
     ///
     /// # Errors
     /// As the operations: connection, authentication and permission errors.
@@ -533,9 +542,12 @@ impl RedisBackend {
     /// # Ok(()) }
     /// ```
     pub async fn load_scripts(&self) -> Result<(), LockError> {
+        let function = &self.inner.batcher.header().function;
         match &self.inner.conn {
-            Conn::Manager(manager) => load_all(&mut manager.clone()).await,
-            Conn::Pool(pool) => load_all(&mut pool.get().await.map_err(map_pool_error)?).await,
+            Conn::Manager(manager) => load_all(&mut manager.clone(), function).await,
+            Conn::Pool(pool) => {
+                load_all(&mut pool.get().await.map_err(map_pool_error)?, function).await
+            }
         }
     }
 }

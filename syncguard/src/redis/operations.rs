@@ -9,7 +9,7 @@ use serde::{Deserialize, Deserializer};
 
 use super::RedisBackend;
 use super::batch;
-use super::connection::{ConnError, evalsha};
+use super::connection::ConnError;
 use super::error::unexpected_reply;
 use super::scripts::{self, LuaScript};
 use crate::backend::{
@@ -164,7 +164,7 @@ impl RedisBackend {
         let key = normalize_key(key)?;
         let layout = &self.inner.layout;
         let lock_key = layout.lock_key(&key)?;
-        let mut cmd = evalsha(&scripts::IS_LOCKED, 1, 3, lock_key.len() + 128);
+        let mut cmd = scripts::IS_LOCKED.evalsha(1, 3, lock_key.len() + 128);
         cmd.arg(lock_key.as_str())
             .arg(TIME_TOLERANCE_MS)
             .arg(self.inner.cleanup_guard_ms)
@@ -191,7 +191,7 @@ impl RedisBackend {
                 Some(lock_id),
             ),
         };
-        let mut cmd = evalsha(script, 1, 0, redis_key.len() + 64);
+        let mut cmd = script.evalsha(1, 0, redis_key.len() + 64);
         cmd.arg(redis_key.as_str());
         let reply = self.eval(script, &cmd).await?;
         let Value::Array(items) = &reply else {

@@ -1,6 +1,6 @@
 //! The connection in both modes when the server fails or refuses: rejected credentials and
 //! permissions, an unreachable server, a restart (with fences persisted by AOF), a paused
-//! server, and a flushed script cache mid-run.
+//! server, and a flushed script cache and function library mid-run.
 
 use std::error::Error as _;
 use std::sync::Arc;
@@ -244,7 +244,7 @@ async fn restart_gives_mapped_errors_then_recovers_and_fences_persist_with_aof()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn script_flush_mid_run_is_recovered() {
+async fn script_and_function_flushes_mid_run_are_recovered() {
     let url = redis_url();
     for backend in both_backends().await {
         let stop = Instant::now() + Duration::from_secs(2);
@@ -274,7 +274,13 @@ async fn script_flush_mid_run_is_recovered() {
         let mut flushes = 0;
         while Instant::now() < stop {
             sleep(Duration::from_millis(50)).await;
-            let _: () = redis::cmd("SCRIPT")
+            // The script cache and the batch's function library, in turn.
+            let flush = if flushes % 2 == 0 {
+                "SCRIPT"
+            } else {
+                "FUNCTION"
+            };
+            let _: () = redis::cmd(flush)
                 .arg("FLUSH")
                 .query_async(&mut conn)
                 .await

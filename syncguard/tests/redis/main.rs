@@ -1,7 +1,7 @@
 //! The Redis backend against a real redis-server, one concern per module: the conformance
 //! suite in both connection modes ([`conformance`]), the storage layout byte for byte and its
 //! compatibility with the reference ([`layout`]), expired lock data ([`expiry`]), batched
-//! script calls ([`batching`]), acquires whose caller gave up ([`orphans`]), connection
+//! script calls ([`batching`]), the batch as a Redis function ([`functions`]), acquires whose caller gave up ([`orphans`]), connection
 //! failures and recovery in both modes ([`connection`]), prefixes, reserved keys and bad
 //! stored data ([`input`]), and waiters woken by published releases, with their fallbacks
 //! ([`waiting`]).
@@ -20,6 +20,7 @@ mod batching;
 mod conformance;
 mod connection;
 mod expiry;
+mod functions;
 mod holders;
 mod input;
 mod layout;

@@ -1,5 +1,7 @@
 -- syncguard batch: acquire, release and extend operations run in order in one atomic call,
--- so that concurrent operations of a process share one EVALSHA, one TIME and one round trip.
+-- so that concurrent operations of a process share one call, one TIME and one round trip.
+-- Run as a script (EVALSHA: this file and `return batch(KEYS, ARGV)`) or as a function (Redis
+-- 7 and later: this file in a library that registers `batch`), see batch_function.rs.
 -- Each operation does exactly what its single-operation script in the reference does, with the
 -- same return codes; running them back to back inside one script changes nothing for any of
 -- them (a script is atomic, and all of them see the same server time).
@@ -52,14 +54,10 @@
 -- normalized key, as stored in its `key` field, on the release channel, so that the waiters of
 -- every process subscribed to it try the lock at once. The publish is a hint: it is sent with
 -- redis.pcall, so that a user without permission to publish still releases (its waiters poll).
-local clock = redis.call('TIME')
-local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
--- %d formats an integer; a bare number in a concatenation goes through %.14g, far slower.
-local nowText = string.format('%d', now)
--- A lock whose expiresAtMs is at or below this is expired (the liveness predicate).
-local dead = now - tonumber(ARGV[1])
-local indexPrefix = ARGV[2]
-local releaseChannel = ARGV[3]
+
+-- The per-call state, set by `batch` before any operation runs. As a function library (Redis 7
+-- and later) this file is loaded once and these outlive a call: every call sets them all first.
+local now, nowText, dead, indexPrefix, releaseChannel
 local BADDATA = 'BADDATA syncguard: the lock key holds data that is not SyncGuard lock JSON'
 local EXPIRES = '"expiresAtMs":'
 local KEY = '"key":"'
@@ -67,7 +65,8 @@ local KEY = '"key":"'
 -- double) holds exactly.
 local MAX_EXPIRES = 9007199254740991
 
--- now + ttl as text; the operations of a batch mostly share their ttl, so it is formatted once.
+-- now + ttl as text; the operations of a batch mostly share their ttl, so it is formatted once
+-- per call (`batch` forgets the last one: it is of an earlier call's time).
 local lastTtl, lastExpires
 local function expiresText(ttl)
   if ttl ~= lastTtl then
@@ -278,39 +277,51 @@ local function run(operation, ...)
   return {-100, tostring(reply)}
 end
 
-local replies = {now}
-local k, a, n = 1, 4, 1
-while a <= #ARGV do
-  local op = ARGV[a]
-  n = n + 1
-  if op == 'A' then
-    replies[n] = run(acquire, KEYS[k], KEYS[k + 1], KEYS[k + 2], ARGV[a + 1], ARGV[a + 2],
-      ARGV[a + 3], ARGV[a + 4])
-    k, a = k + 3, a + 5
-  elseif op == 'H' then
-    replies[n] = run(acquire, KEYS[k], KEYS[k + 1], KEYS[k + 2], ARGV[a + 1], ARGV[a + 2],
-      ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
-    k, a = k + 3, a + 6
-  elseif op == 'r' then
-    replies[n] = run(release, KEYS[k], KEYS[k + 1], ARGV[a + 1])
-    k, a = k + 2, a + 2
-  elseif op == 'e' then
-    replies[n] = run(extend, KEYS[k], KEYS[k + 1], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3])
-    k, a = k + 2, a + 4
-  elseif op == 'R' then
-    replies[n] = run(release, nil, KEYS[k], ARGV[a + 1])
-    k, a = k + 1, a + 2
-  elseif op == 'E' then
-    replies[n] = run(extend, nil, KEYS[k], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3])
-    k, a = k + 1, a + 4
-  elseif op == 'b' then
-    replies[n] = run(extendBy, KEYS[k], KEYS[k + 1], ARGV[a + 1], ARGV[a + 2])
-    k, a = k + 2, a + 3
-  elseif op == 'B' then
-    replies[n] = run(extendBy, nil, KEYS[k], ARGV[a + 1], ARGV[a + 2])
-    k, a = k + 1, a + 3
-  else
-    return redis.error_reply('ERR syncguard batch: unknown operation ' .. tostring(op))
+-- The whole call: KEYS and ARGV as described at the top. Run as a script (EVALSHA), the file
+-- ends with `return batch(KEYS, ARGV)`; as a function library, with its registration.
+local function batch(KEYS, ARGV)
+  local clock = redis.call('TIME')
+  now = clock[1] * 1000 + math.floor(clock[2] / 1000)
+  -- %d formats an integer; a bare number in a concatenation goes through %.14g, far slower.
+  nowText = string.format('%d', now)
+  -- A lock whose expiresAtMs is at or below this is expired (the liveness predicate).
+  dead = now - tonumber(ARGV[1])
+  indexPrefix, releaseChannel = ARGV[2], ARGV[3]
+  lastTtl = nil
+  local replies = {now}
+  local k, a, n = 1, 4, 1
+  while a <= #ARGV do
+    local op = ARGV[a]
+    n = n + 1
+    if op == 'A' then
+      replies[n] = run(acquire, KEYS[k], KEYS[k + 1], KEYS[k + 2], ARGV[a + 1], ARGV[a + 2],
+        ARGV[a + 3], ARGV[a + 4])
+      k, a = k + 3, a + 5
+    elseif op == 'H' then
+      replies[n] = run(acquire, KEYS[k], KEYS[k + 1], KEYS[k + 2], ARGV[a + 1], ARGV[a + 2],
+        ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
+      k, a = k + 3, a + 6
+    elseif op == 'r' then
+      replies[n] = run(release, KEYS[k], KEYS[k + 1], ARGV[a + 1])
+      k, a = k + 2, a + 2
+    elseif op == 'e' then
+      replies[n] = run(extend, KEYS[k], KEYS[k + 1], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3])
+      k, a = k + 2, a + 4
+    elseif op == 'R' then
+      replies[n] = run(release, nil, KEYS[k], ARGV[a + 1])
+      k, a = k + 1, a + 2
+    elseif op == 'E' then
+      replies[n] = run(extend, nil, KEYS[k], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3])
+      k, a = k + 1, a + 4
+    elseif op == 'b' then
+      replies[n] = run(extendBy, KEYS[k], KEYS[k + 1], ARGV[a + 1], ARGV[a + 2])
+      k, a = k + 2, a + 3
+    elseif op == 'B' then
+      replies[n] = run(extendBy, nil, KEYS[k], ARGV[a + 1], ARGV[a + 2])
+      k, a = k + 1, a + 3
+    else
+      return redis.error_reply('ERR syncguard batch: unknown operation ' .. tostring(op))
+    end
   end
+  return replies
 end
-return replies
