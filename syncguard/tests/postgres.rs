@@ -892,12 +892,12 @@ async fn setup_schema_adds_the_holder_column_to_an_older_table() {
 }
 
 /// The lock table as syncguard before the `contended` mark made it (with holders), holding a
-/// live lock: a backend of this version releases it before `setup_schema` has run (the release
-/// reads the mark through the row's JSON; without the column it announces, as releases always
-/// did), `setup_schema` adds the column, and rows written without the mark (NULL: not known)
-/// are announced while new locks start unmarked.
+/// live lock: a backend of this version refuses to release it before `setup_schema` has run
+/// (the statements read and write the mark), saying what to run and changing nothing;
+/// `setup_schema` adds the column, and rows written without the mark (NULL: not known) are
+/// announced while new locks start unmarked.
 #[tokio::test]
-async fn releases_work_and_announce_before_and_after_setup_schema_adds_the_mark() {
+async fn releases_ask_for_setup_schema_then_announce_once_it_adds_the_mark() {
     let schema = unique("unmarked");
     let channel = unique("sgtest_ch");
     let config = PostgresConfig::new()
@@ -954,10 +954,18 @@ async fn releases_work_and_announce_before_and_after_setup_schema_adds_the_mark(
     let backend = PostgresBackend::new(pool.clone(), config.clone()).unwrap();
     let key = conformance::unique_key("unmarked");
     let lock_id = insert_lock(&key).await;
-    assert!(backend.release(&lock_id).await.unwrap().is_released());
-    assert_eq!(next().await.as_deref(), Some(key.as_str()), "announced");
+    let err = backend.release(&lock_id).await.unwrap_err();
+    assert!(err.to_string().contains("setup_schema"), "{err}");
+    let stored: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FROM \"{schema}\".syncguard_locks WHERE lock_id = $1"
+    )))
+    .bind(lock_id.as_str())
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(stored, 1, "the failed release changed nothing");
+    assert_eq!(next().await, None, "nothing announced");
 
-    let lock_id = insert_lock(&key).await;
     setup_schema(&pool, &config)
         .await
         .expect("setup_schema upgrades");

@@ -75,10 +75,9 @@
 //! as before), the trigger and the new acquire function. The columns and the trigger are added only
 //! when the catalog lacks them, so that later runs never lock the table exclusively (an `ALTER
 //! TABLE` would, even with `IF NOT EXISTS`, and would queue every lock operation behind any long
-//! reader of the table, such as a `pg_dump`). Until it has run on a table without the `holder`
-//! column, acquires and lookups fail with [`LockError::Internal`] saying to run it. Releases work
-//! on any version of the table (without the `contended` column, every release of a live lock is
-//! announced, as older versions did). The acquire function keeps its signature (the new version
+//! reader of the table, such as a `pg_dump`). Until it has run on a table without these
+//! columns, acquires, releases and lookups fail with [`LockError::Internal`] saying to run it,
+//! having changed nothing. The acquire function keeps its signature (the new version
 //! replaces the old one in place, and older processes calling it get the new one); the one of
 //! versions before holders (seven arguments) stays, for their processes still running during a
 //! rolling upgrade. An older process that runs its own `setup_schema` puts back its acquire

@@ -54,9 +54,8 @@ impl Inner {
         // written without the mark, counts as contended). An uncontended release, the common
         // case, sends nothing: PostgreSQL serializes the commits of notifying transactions
         // server-wide until they are flushed, which would stop concurrent releases from sharing
-        // their WAL flushes. The mark is read through the row's JSON so that the statement
-        // runs on a table `setup_schema` has not upgraded yet (no column: announced, as
-        // before). NOTIFY is transactional: only a committed release is announced. The payload
+        // their WAL flushes. The column is there on every table these statements run on
+        // (`setup_schema` adds it; the plain acquire writes it). NOTIFY is transactional: only a committed release is announced. The payload
         // is the normalized key; PostgreSQL refuses payloads of 8000 bytes or more, which no
         // key of ours reaches (512 at most) but a row written by hand could: such a release is
         // not announced rather than failed. `RETURNING` calls `pg_notify` for the deleted row
@@ -65,7 +64,7 @@ impl Inner {
         // (`release_impl`).
         let announced = if config.release_notifications() {
             format!(
-                ", (CASE WHEN (to_jsonb(l) -> 'contended') IS DISTINCT FROM 'false'::jsonb \
+                ", (CASE WHEN l.contended IS DISTINCT FROM FALSE \
                  AND octet_length(l.user_key) < 8000 \
                  THEN pg_notify('{channel}', l.user_key) END) IS NOT NULL",
                 channel = config.release_channel()
