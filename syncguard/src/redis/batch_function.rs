@@ -59,7 +59,7 @@ impl BatchFunction {
             // a replica that was not sent it): load it, then call again.
             match load_on(conn).await {
                 Ok(()) => return cmd.query_async::<Value>(conn).await,
-                Err(error) if is_unavailable(&error) => self.use_scripts(),
+                Err(error) if is_load_refused(&error) => self.use_scripts(),
                 Err(error) if is_out_of_memory(&error) => {}
                 Err(error) => return Err(error),
             }
@@ -77,7 +77,7 @@ impl BatchFunction {
     pub(super) async fn load<C: ConnectionLike>(&self, conn: &mut C) -> Result<(), RedisError> {
         match load_on(conn).await {
             Err(error) if error.code() == Some("NOPERM") => Ok(()),
-            Err(error) if is_unavailable(&error) => {
+            Err(error) if is_load_refused(&error) => {
                 self.use_scripts();
                 Ok(())
             }
@@ -145,6 +145,13 @@ fn is_unavailable(error: &RedisError) -> bool {
     }
 }
 
+/// `FUNCTION LOAD` refused for good: not permitted, or any `ERR` (no such command, a server
+/// whose functions differ). It ran nothing, so the batch can go by EVALSHA instead; a
+/// passing state (`LOADING`, `READONLY`, `OOM`, I/O) is not a refusal.
+fn is_load_refused(error: &RedisError) -> bool {
+    matches!(error.code(), Some("NOPERM" | "ERR"))
+}
+
 fn is_out_of_memory(error: &RedisError) -> bool {
     error.code() == Some("OOM")
 }
@@ -175,6 +182,8 @@ mod tests {
         assert!(!is_unavailable(&server("ERR", "Error running script")));
         assert!(!is_unavailable(&server("READONLY", "You can't write")));
         assert!(is_out_of_memory(&server("OOM", "command not allowed")));
+        assert!(is_load_refused(&server("ERR", "Engine 'lua' not found")));
+        assert!(!is_load_refused(&server("LOADING", "Redis is loading")));
     }
 
     #[test]

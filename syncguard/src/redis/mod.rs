@@ -8,7 +8,8 @@
 //! set-up on every call; a call that finds it missing (`FUNCTION FLUSH`, a failover) loads it
 //! again, and a server without functions (Redis 6) or a user not permitted them gets the same
 //! script by EVALSHA. A function is refused whole over `maxmemory`, so such a call goes by
-//! EVALSHA too, where a release still frees its lock. The acquire,
+//! EVALSHA too, where a release still frees its lock. A library of an earlier syncguard
+//! version (a few kilobytes) stays on the server until deleted (`FUNCTION DELETE`). The acquire,
 //! release and extend calls waiting at the same moment run in one script call (up to 64 of
 //! them, up to 4 such calls awaiting replies), each exactly as it would run alone: a lone
 //! caller pays one round trip, many callers share a few. A call that meets bad data fails
