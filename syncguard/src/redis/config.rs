@@ -62,10 +62,10 @@ pub struct RedisConfig {
     /// own TTL, so this only matters for keys written without one.
     pub cleanup_in_is_locked: bool,
     /// Whether this backend announces releases and listens for them (default `true`; see
-    /// [waiting](super#waiting)). On, a release publishes the lock's key on the release channel
-    /// `<prefix>:released`, and the backend subscribes to it once something waits, so that
-    /// waiters (of every process) wake at once. Off, this backend neither publishes nor
-    /// subscribes: its waiters poll, and its releases reach other waiters only through their
+    /// [waiting](super#waiting)). On, a refused acquire marks the lock, the release of a marked
+    /// lock publishes its key on the release channel `<prefix>:released`, and the backend
+    /// subscribes to it once something waits, so that waiters (of every process) wake at once.
+    /// Off, this backend neither marks, publishes nor subscribes: its waiters poll, and its releases reach other waiters only through their
     /// polling, as a reference (TypeScript) service's do. The same switch as the PostgreSQL
     /// backend's `PostgresConfig::with_release_notifications` (feature `postgres`).
     pub release_notifications: bool,

@@ -35,7 +35,7 @@
 //!
 //! | what | Redis key | value | TTL |
 //! |---|---|---|---|
-//! | lock | `make_storage_key(prefix, key, 1000, 26)`, e.g. `syncguard:job:42` | JSON `{lockId, expiresAtMs, acquiredAtMs, key, fence}`, plus `holder` for a lock taken with `acquire_as` | ttl + 1 s |
+//! | lock | `make_storage_key(prefix, key, 1000, 26)`, e.g. `syncguard:job:42` | JSON `{lockId, expiresAtMs, acquiredAtMs, key, fence}`, plus `holder` for a lock taken with `acquire_as`, and `"contended":true` last once an acquire was refused on it | ttl + 1 s |
 //! | index | `make_storage_key(prefix, "id:" + lockId, 1000, 26)`, e.g. `syncguard:id:<22 chars>` | the lock key | same as the lock |
 //! | fence | [`make_fence_key`](crate::key::make_fence_key)`(prefix, lock key, 1000, 26)`, e.g. `syncguard:fence:syncguard:job:42` | `INCR` counter | none, never deleted |
 //!
@@ -56,6 +56,10 @@
 //!   ends). Expiry itself is the stored `expiresAtMs`, as in the reference.
 //! - **Prefixes** are validated ([`validate_prefix`]); a stale index left by a dead lock is
 //!   removed only when it still points at the key being taken.
+//! - **The contended mark.** An acquire refused on a live lock (with release notifications on)
+//!   adds `,"contended":true` at the end of its JSON, once per hold and keeping its TTL, so
+//!   that its release publishes (see [waiting](#waiting)). The reference reads the fields it
+//!   knows and its `cjson` extend keeps the others.
 //!
 //! Keys holding code points unassigned in one side's Unicode version can also be stored under
 //! two names: see [`key`](crate::key#unicode-the-limit-of-the-compatibility-promise).
@@ -91,11 +95,14 @@
 //! [`acquire`](crate::acquire) waits for a held lock as its [`RetryPolicy`](crate::RetryPolicy)
 //! says; on Redis its waiters wake when the lock is released, instead of at their next poll.
 //!
-//! - **Publish.** The release of a live lock (a guard's release,
+//! - **Publish.** The release of a live lock that an acquire was refused on (a guard's release,
 //!   [`LockBackend::release`](crate::backend::LockBackend::release), and the backend's own
 //!   release of an acquire in doubt) publishes the lock's normalized key on the channel
 //!   `<prefix>:released` (`syncguard:released` by default; see
 //!   [`release_channel`](RedisBackend::release_channel)), in the script call that deletes it.
+//!   The refusal marks the lock for that (a waiter's first attempt is such a refusal). A release
+//!   nobody was refused on publishes nothing, since nobody waits on it but, perhaps, this
+//!   process's waiters queued behind the one that took it: the backend wakes those itself.
 //!   Nothing else publishes: not a release that finds the lock gone or expired, not an expiry.
 //! - **Subscribe.** Each backend (shared by its clones) opens one more connection, the first
 //!   time something waits on it, subscribes to the channel, and hands every key it hears to
@@ -116,9 +123,11 @@
 //! - **Across processes** the first waiter of each process is woken and they race: one takes
 //!   the lock, the others wait again. Arrival order holds within a process only.
 //! - **Cost.** One connection per backend, opened only once something waits (it then stays
-//!   open). One `PUBLISH` per release, which Redis sends to every connection subscribed to the
-//!   prefix's channel: every process waiting on any key of the prefix hears every release of
-//!   the prefix (a message the size of the key), and only the waiters of that key act on it.
+//!   open). One `SET` per hold that an acquire was refused on (the mark), and one `PUBLISH` per
+//!   release of such a hold, which Redis sends to every connection subscribed to the
+//!   prefix's channel: every process waiting on any key of the prefix hears every such
+//!   release of the prefix (a message the size of the key), and only the waiters of that key
+//!   act on it.
 //!   Pub/Sub channels are server-wide, not per database: backends of one prefix on different
 //!   databases of a server wake each other's waiters for nothing (one refused attempt each);
 //!   give them prefixes of their own.

@@ -111,6 +111,13 @@ impl RedisBackend {
             .value;
         match reply {
             Value::Int(1) => Ok(ReleaseOutcome::Released),
+            // Released without a publish: this process's own waiters of the key are woken here.
+            Value::BulkString(key) => {
+                self.inner
+                    .releases
+                    .released_here(&String::from_utf8_lossy(&key));
+                Ok(ReleaseOutcome::Released)
+            }
             Value::Int(code) => match not_held_reason(code) {
                 Some(reason) => Ok(ReleaseOutcome::NotHeld(Some(reason))),
                 None => Err(unexpected_reply("release", &reply)),

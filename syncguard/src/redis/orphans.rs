@@ -170,8 +170,11 @@ async fn drain(orphans: Arc<Orphans>, conn: Conn, header: Arc<Header>) {
                     .into_iter()
                     .zip(replies)
                     .filter_map(|(mut orphan, reply)| {
-                        let released =
-                            matches!(reply, Ok(ref reply) if reply.value == Value::Int(1));
+                        // 1, or the key when released without a publish (nobody waited).
+                        let released = matches!(
+                            reply,
+                            Ok(ref reply) if matches!(reply.value, Value::Int(1) | Value::BulkString(_))
+                        );
                         if released || orphan.resends == 0 {
                             return None;
                         }

@@ -98,6 +98,12 @@ impl ReleaseSubscriber {
         state.stop = None;
     }
 
+    /// Wakes this process's waiters of `key`, released by this backend without a publish
+    /// (nobody was refused during that hold, so only waiters queued here may wait).
+    pub(super) fn released_here(&self, key: &str) {
+        self.notifier.released(key);
+    }
+
     /// The notifier, with the subscribing task started on the current runtime unless it runs
     /// already; `None` without a client or outside a tokio runtime (waiters then poll).
     pub(super) fn notifier(&self) -> Option<ReleaseNotifier> {

@@ -197,7 +197,8 @@ async fn store_like_the_reference(
 }
 
 /// A record written as the reference writes it (no `holder`, or a JSON `null` one) is taken
-/// by nobody: no holder re-enters it, nothing of it changes, and lookup shows no holder.
+/// by nobody: no holder re-enters it, nothing of it changes (but the contended mark of the
+/// first refusal), and lookup shows no holder.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reference_records_without_holder_are_never_reentered() {
     let mut conn = raw(&redis_url()).await;
@@ -232,7 +233,9 @@ async fn reference_records_without_holder_are_never_reentered() {
                     .unwrap();
                 assert!(outcome.is_contended(), "{holder:?}: {outcome:?}");
             }
-            assert_eq!(stored_json(&mut conn, &lock_key).await, json, "unchanged");
+            // Unchanged but for the mark the first refusal adds (its release then publishes).
+            let marked = format!("{},\"contended\":true}}", json.strip_suffix('}').unwrap());
+            assert_eq!(stored_json(&mut conn, &lock_key).await, marked, "unchanged");
             // The reference's lock stays its own: released by its lock id.
             assert!(backend.release(&lock_id).await.unwrap().is_released());
         }

@@ -1,7 +1,7 @@
 //! Where and how the backend stores a lock, checked against what the reference writes: the
 //! three keys and their names, the JSON byte for byte (after acquire and after extend), the
-//! TTLs, fences that count acquisitions only, and the reverse index that lets any process
-//! release or extend by lock id.
+//! TTLs, fences that count acquisitions only, the reverse index that lets any process
+//! release or extend by lock id, and the mark a refusal adds for the release to publish.
 
 use std::time::Duration;
 
@@ -11,6 +11,7 @@ use syncguard::backend::{
     AcquireOutcome, ExtendOutcome, LockBackend, NotHeldReason, ReleaseOutcome,
 };
 use syncguard::key::{make_fence_key, make_storage_key};
+use syncguard::redis::RedisBackend;
 
 use crate::{acquired, both_backends, manager_backend, raw, redis_url, unique};
 
@@ -226,4 +227,65 @@ async fn contended_attempts_use_no_fence() {
             .unwrap()
             .is_released()
     );
+}
+
+/// A refused acquire marks the live lock for its release to publish: the reference's bytes
+/// plus a last field `"contended":true`, written once per hold, the key's TTL kept; an extend
+/// and a re-entry keep it; a backend without release notifications does not mark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_marks_the_lock_once_and_the_mark_stays_with_the_hold() {
+    let mut conn = raw(&redis_url()).await;
+    let backend = manager_backend().await;
+    let ttl = Duration::from_secs(30);
+    let key = unique("marked");
+    let lock_key = backend.lock_key(&key).unwrap();
+    let lease = acquired(&backend, &key, ttl).await;
+    let unmarked: String = conn.get(&lock_key).await.unwrap();
+    let ttl_before: i64 = conn.pttl(&lock_key).await.unwrap();
+
+    for _ in 0..2 {
+        assert!(backend.acquire(&key, ttl).await.unwrap().is_contended());
+        let json: String = conn.get(&lock_key).await.unwrap();
+        let expected = format!(
+            "{},\"contended\":true}}",
+            unmarked.strip_suffix('}').unwrap()
+        );
+        assert_eq!(json, expected, "marked once, the rest byte for byte");
+    }
+    let ttl_after: i64 = conn.pttl(&lock_key).await.unwrap();
+    assert!(
+        ttl_after > 0 && ttl_after <= ttl_before,
+        "the TTL is kept: {ttl_before} then {ttl_after}"
+    );
+    let extended = backend.extend(&lease.lock_id, ttl).await.unwrap();
+    let json: String = conn.get(&lock_key).await.unwrap();
+    assert!(json.ends_with(",\"contended\":true}"), "{json}");
+    let data: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(data["expiresAtMs"], extended.expires_at_ms().unwrap());
+    assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+
+    // Re-entered by its holder, a marked lock stays marked (its waiter still waits).
+    let holder_key = unique("marked-holder");
+    let holder_lock = backend.lock_key(&holder_key).unwrap();
+    let as_holder = async |holder: &str| backend.acquire_as(&holder_key, ttl, holder).await;
+    let held = as_holder("worker-1").await.unwrap().lease().unwrap();
+    assert!(as_holder("worker-2").await.unwrap().is_contended());
+    let again = as_holder("worker-1").await.unwrap().lease().unwrap();
+    assert_eq!(again.lock_id, held.lock_id);
+    let json: String = conn.get(&holder_lock).await.unwrap();
+    assert!(json.ends_with(",\"contended\":true}"), "{json}");
+    assert!(backend.release(&held.lock_id).await.unwrap().is_released());
+
+    // Without release notifications nothing is published, so nothing is marked.
+    let quiet = RedisBackend::builder(&redis_url())
+        .release_notifications(false)
+        .build()
+        .await
+        .unwrap();
+    let lease = acquired(&backend, &key, ttl).await;
+    let before: String = conn.get(&lock_key).await.unwrap();
+    assert!(quiet.acquire(&key, ttl).await.unwrap().is_contended());
+    let after: String = conn.get(&lock_key).await.unwrap();
+    assert_eq!(after, before);
+    assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
 }

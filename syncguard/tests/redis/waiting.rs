@@ -66,6 +66,12 @@ async fn taken(waiter: JoinHandle<Result<LockGuard, LockError>>, within: Duratio
 }
 
 /// A prefix of the test's own: its release channel carries this test's releases only.
+/// An acquire of `key` refused (it marks the live lock, whose release then publishes).
+async fn refused(backend: &RedisBackend, key: &str) {
+    let outcome = backend.acquire(key, Duration::from_secs(30)).await.unwrap();
+    assert!(outcome.is_contended(), "{key} should be held");
+}
+
 fn own_prefix(label: &str) -> String {
     format!("redis-test:{label}-{}", LockId::generate())
 }
@@ -175,8 +181,9 @@ async fn a_release_wakes_waiters_long_before_their_poll() {
 }
 
 /// What a release publishes: the normalized key, as the waiters' `acquire` gets it, escapes
-/// and all; once per release of a live lock, and for nothing else (an acquire, an extend, a
-/// release that finds the lock gone or expired).
+/// and all; once per release of a live lock an acquire was refused on, and for nothing else
+/// (an uncontended release, an acquire, an extend, a release that finds the lock gone or
+/// expired).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_publishes_the_normalized_key_and_nothing_else_does() {
     let url = redis_url();
@@ -198,6 +205,7 @@ async fn a_release_publishes_the_normalized_key_and_nothing_else_does() {
     for key in &keys {
         let nfc = syncguard::key::normalize_key(key).unwrap().into_owned();
         let lease = acquired(&backend, key, Duration::from_secs(30)).await;
+        refused(&backend, key).await;
         let extended = backend
             .extend(&lease.lock_id, Duration::from_secs(30))
             .await;
@@ -208,9 +216,20 @@ async fn a_release_publishes_the_normalized_key_and_nothing_else_does() {
         assert!(!backend.release(&lease.lock_id).await.unwrap().is_released());
     }
 
+    // A release nobody was refused on: nobody waits, nothing is published.
+    let key = format!("{base}:uncontended");
+    let lease = acquired(&backend, &key, Duration::from_secs(30)).await;
+    assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+    assert_eq!(
+        next_message(&mut messages, Duration::from_millis(500)).await,
+        None,
+        "an uncontended release is not published"
+    );
+
     // A release by lock id through the index (by another backend, which did not take it).
     let key = format!("{base}:by-index");
     let lease = acquired(&backend, &key, Duration::from_secs(30)).await;
+    refused(&backend, &key).await;
     let peer = backend_with_prefix(&url, &prefix).await;
     assert!(peer.release(&lease.lock_id).await.unwrap().is_released());
     assert_eq!(next_message(&mut messages, PROMPT).await, Some(key));
@@ -219,6 +238,7 @@ async fn a_release_publishes_the_normalized_key_and_nothing_else_does() {
     // key.
     let key = format!("{base}:rewritten/é");
     let lease = acquired(&backend, &key, Duration::from_secs(30)).await;
+    refused(&backend, &key).await;
     let mut conn = raw(&url).await;
     let _: () = crate::eval(
         "local data = cjson.decode(redis.call('GET', KEYS[1])) \
@@ -234,6 +254,7 @@ async fn a_release_publishes_the_normalized_key_and_nothing_else_does() {
     // An expired lock's release finds it expired, and announces nothing.
     let key = format!("{base}:expired");
     let lease = acquired(&backend, &key, Duration::from_secs(1)).await;
+    refused(&backend, &key).await;
     sleep(Duration::from_millis(2_200)).await;
     assert!(!backend.release(&lease.lock_id).await.unwrap().is_released());
     assert_eq!(

@@ -26,7 +26,9 @@
 --           live holder's expiresAtMs (an integer, never 0)
 --   acquire as a holder: as acquire; {fence, lockId} when it re-entered the live lock of the
 --           same holder (kept lock id and fence, a fresh lease expiring at time + ttl)
---   release 1, 0 (held by another lock id), -1 (not found), -2 (expired)
+--   release 1, 0 (held by another lock id), -1 (not found), -2 (expired); with a release
+--           channel, the lock's key instead of 1 when released without publishing (nobody was
+--           refused during the hold), so that the caller wakes its own waiters of the key
 --   extend  1 when extended to time + ttl; 0, -1, -2 as release
 --   extend by {1, new expiresAtMs} when extended; 0, -1, -2 as release
 --   or {-100, 'CODE message'} when that operation hit data it cannot use (WRONGTYPE, BADDATA);
@@ -50,16 +52,23 @@
 -- A re-entry renews the index of the kept lock id, `prefix:id:<lockId>`, a key derived in the
 -- script as the cleanup of a stale index is.
 --
--- A release of a live lock (and only that: not an expired lock's cleanup) publishes the lock's
--- normalized key, as stored in its `key` field, on the release channel, so that the waiters of
--- every process subscribed to it try the lock at once. The publish is a hint: it is sent with
--- redis.pcall, so that a user without permission to publish still releases (its waiters poll).
+-- A release of a live lock that an acquire was refused on (and only that: not an uncontended
+-- release, nobody waits on it; not an expired lock's cleanup) publishes the lock's normalized
+-- key, as stored in its `key` field, on the release channel, so that the waiters of every
+-- process subscribed to it try the lock at once. The refusal marks the lock: a last field
+-- `"contended":true` (the reference ignores fields it does not know, and its cjson extend
+-- keeps it; a quote in the key or holder is escaped, so the anchored find cannot match inside
+-- them), written once per hold, with the lock's TTL kept. Both the mark and the publish are
+-- hints, sent with redis.pcall, so that a user without permission to publish (or a server
+-- over maxmemory) still releases, and still refuses: the waiters then poll. A backend without
+-- release notifications (empty channel) neither marks nor publishes.
 
 -- The per-call state, set by `batch` before any operation runs. As a function library (Redis 7
 -- and later) this file is loaded once and these outlive a call: every call sets them all first.
 local now, nowText, dead, indexPrefix, releaseChannel
 local BADDATA = 'BADDATA syncguard: the lock key holds data that is not SyncGuard lock JSON'
 local EXPIRES = '"expiresAtMs":'
+local CONTENDED = '"contended":true'
 local KEY = '"key":"'
 -- The largest expiry an extend by an amount reaches: the largest integer a Lua number (a
 -- double) holds exactly.
@@ -136,6 +145,23 @@ local function record(key, lockId, fence, holder, ttl)
     .. '}'
 end
 
+-- Whether the lock data carries the contended mark.
+local function marked(data)
+  return string.find(data, CONTENDED, 1, true) ~= nil
+end
+
+-- data, with the contended mark added as its last field.
+local function withMark(data)
+  return string.sub(data, 1, -2) .. ',' .. CONTENDED .. '}'
+end
+
+-- Marks the live lock an acquire was refused on, so that its release publishes (once per hold).
+local function markContended(lockKey, current)
+  if releaseChannel ~= '' and string.byte(current, -1) == 125 and not marked(current) then
+    redis.pcall('SET', lockKey, withMark(current), 'KEEPTTL')
+  end
+end
+
 -- A live lock met by an acquire as `holder`: re-taken when that same holder took it (the lock
 -- id and fence kept, a fresh lease from now, the index's TTL renewed), else contended (another
 -- holder, or none). The data is decoded here only, on the contended path of a holder.
@@ -146,6 +172,7 @@ local function reenter(lockKey, current, held, holder, ttl, px, key)
     return {-100, BADDATA}
   end
   if data.holder ~= holder then
+    markContended(lockKey, current)
     return held
   end
   local lockId, fence = data.lockId, data.fence
@@ -153,7 +180,12 @@ local function reenter(lockKey, current, held, holder, ttl, px, key)
     or type(fence) ~= 'string' or #fence ~= 15 or not string.match(fence, '^%d+$') then
     return {-100, BADDATA}
   end
-  redis.call('SET', lockKey, record(key, lockId, fence, holder, ttl), 'PX', px)
+  -- A re-entry keeps the mark: whoever was refused still waits.
+  local renewed = record(key, lockId, fence, holder, ttl)
+  if marked(current) then
+    renewed = withMark(renewed)
+  end
+  redis.call('SET', lockKey, renewed, 'PX', px)
   redis.call('SET', indexPrefix .. lockId, lockKey, 'PX', px)
   return {fence, lockId}
 end
@@ -170,6 +202,7 @@ local function acquire(lockKey, indexKey, fenceKey, lockId, ttl, px, key, holder
       if holder then
         return reenter(lockKey, current, held, holder, ttl, px, key)
       end
+      markContended(lockKey, current)
       return held
     end
     -- The previous lock is dead: drop its reverse index if it still points here.
@@ -225,13 +258,20 @@ local function release(knownKey, indexKey, lockId)
     return current -- the reply
   end
   redis.call('DEL', lockKey, indexKey)
-  if releaseChannel ~= '' then
-    local key = storedKey(current)
-    if key then
-      redis.pcall('PUBLISH', releaseChannel, key)
-    end
+  if releaseChannel == '' then
+    return 1
   end
-  return 1
+  local key = storedKey(current)
+  if not key then
+    return 1
+  end
+  if marked(current) then
+    redis.pcall('PUBLISH', releaseChannel, key)
+    return 1
+  end
+  -- Nobody was refused during this hold: the only waiters may be the caller's own, queued
+  -- behind the one that took it; it wakes them by this key.
+  return key
 end
 
 local function extend(knownKey, indexKey, lockId, ttl, px)
