@@ -65,9 +65,10 @@ pub struct RedisConfig {
     /// [waiting](super#waiting)). On, a refused acquire marks the lock, the release of a marked
     /// lock publishes its key on the release channel `<prefix>:released`, and the backend
     /// subscribes to it once something waits, so that waiters (of every process) wake at once.
-    /// Off, this backend neither marks, publishes nor subscribes: its waiters poll, and its releases reach other waiters only through their
-    /// polling, as a reference (TypeScript) service's do. The same switch as the PostgreSQL
-    /// backend's `PostgresConfig::with_release_notifications` (feature `postgres`).
+    /// Off, this backend neither marks, publishes nor subscribes: its waiters poll, and its
+    /// releases reach other waiters only through their polling, as a reference (TypeScript)
+    /// service's do. The same switch as the PostgreSQL backend's
+    /// `PostgresConfig::with_release_notifications` (feature `postgres`).
     pub release_notifications: bool,
 }
 
