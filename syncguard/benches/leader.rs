@@ -22,10 +22,13 @@
 //! killed, which take about 3 s each), `SYNCGUARD_BENCH_ONLY` a comma-separated filter on
 //! backend names (`memory,redis,postgres`).
 
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use rand::Rng as _;
+use support::settings::{number_or, service_url, wanted};
 use syncguard::backend::LockBackend;
 use syncguard::conformance::FaultyBackend;
 use syncguard::leader::Election;
@@ -68,23 +71,8 @@ impl Ending {
             Self::Resign => 100,
             Self::Killed => 12,
         };
-        std::env::var("SYNCGUARD_BENCH_ROUNDS")
-            .ok()
-            .and_then(|rounds| rounds.parse().ok())
-            .unwrap_or(default)
+        number_or("SYNCGUARD_BENCH_ROUNDS", default)
     }
-}
-
-fn wanted(backend: &str) -> bool {
-    std::env::var("SYNCGUARD_BENCH_ONLY")
-        .map(|only| only.split(',').any(|name| name.trim() == backend))
-        .unwrap_or(true)
-}
-
-fn env_url(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| {
-        panic!("{name} is not set: run through `bash scripts/with-services.sh cargo bench ...`")
-    })
 }
 
 /// Two instances of one backend: the leader's process and the standby's.
@@ -95,7 +83,7 @@ async fn instances(backend: &str) -> [Arc<dyn LockBackend>; 2] {
             [Arc::new(store.clone()), Arc::new(store)]
         }
         "redis" => {
-            let url = env_url("SYNCGUARD_TEST_REDIS_URL");
+            let url = service_url("SYNCGUARD_TEST_REDIS_URL");
             let mut made: Vec<Arc<dyn LockBackend>> = Vec::new();
             for _ in 0..2 {
                 made.push(Arc::new(
@@ -105,7 +93,7 @@ async fn instances(backend: &str) -> [Arc<dyn LockBackend>; 2] {
             made.try_into().ok().expect("two instances")
         }
         "postgres" => {
-            let url = env_url("SYNCGUARD_TEST_POSTGRES_URL");
+            let url = service_url("SYNCGUARD_TEST_POSTGRES_URL");
             let mut made: Vec<Arc<dyn LockBackend>> = Vec::new();
             for _ in 0..2 {
                 let pool = PostgresBackend::pool_options()

@@ -15,9 +15,12 @@
 //! a current-thread runtime), `SYNCGUARD_BENCH_ONLY` a comma-separated filter on row names such as
 //! `raw/64,multi/64/distinct,pool/16/hot`.
 
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
+use support::settings;
 use syncguard::LockId;
 use syncguard::backend::{AcquireOutcome, LockBackend};
 use syncguard::redis::{ConnectionMode, RedisBackend};
@@ -46,7 +49,8 @@ struct Row {
     per_call: f64,
 }
 
-/// The server's CPU seconds so far and its EVALSHA + EVAL calls.
+/// The server's CPU seconds so far and its script calls (FCALL of the batch function, or
+/// EVALSHA + EVAL where the batch goes by script).
 async fn server_stats(conn: &mut redis::aio::MultiplexedConnection) -> (f64, u64) {
     let info: String = redis::cmd("INFO")
         .arg("cpu")
@@ -64,7 +68,8 @@ async fn server_stats(conn: &mut redis::aio::MultiplexedConnection) -> (f64, u64
             cpu += v.trim().parse::<f64>().unwrap_or(0.0);
         }
         if let Some(rest) = line
-            .strip_prefix("cmdstat_evalsha:calls=")
+            .strip_prefix("cmdstat_fcall:calls=")
+            .or_else(|| line.strip_prefix("cmdstat_evalsha:calls="))
             .or_else(|| line.strip_prefix("cmdstat_eval:calls="))
         {
             calls += rest
@@ -233,10 +238,6 @@ async fn raw_ceiling(url: &str, workers: usize, measure: Duration) -> Row {
     }
 }
 
-fn env_number(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|v| v.parse().ok())
-}
-
 fn main() {
     let url = std::env::var("SYNCGUARD_TEST_REDIS_URL").unwrap_or_else(|_| {
         panic!(
@@ -244,10 +245,10 @@ fn main() {
              -p syncguard --features redis --bench redis` (it installs and starts redis-server)"
         )
     });
-    let measure = Duration::from_secs(env_number("SYNCGUARD_BENCH_SECS").unwrap_or(3));
+    let measure = settings::measured_time(3.0);
     // One runtime thread by default: on a small machine the Redis server needs the other
     // cores, and a single-threaded client avoids cross-thread wake-ups on every reply.
-    let threads = env_number("SYNCGUARD_BENCH_THREADS").map_or(1, |n| n.max(1) as usize);
+    let threads = settings::number_or("SYNCGUARD_BENCH_THREADS", 1_usize).max(1);
     let runtime = if threads == 1 {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -27,6 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::PgPool;
+use support::settings::{number_or, service_url, wanted};
 use support::{Cycle, Measured, redis_cpu_seconds, run, scenario_duration};
 use syncguard::LockId;
 use syncguard::backend::LockBackend;
@@ -116,17 +117,12 @@ impl Backend {
             Backend::Redis => "SYNCGUARD_TEST_REDIS_URL",
             Backend::Postgres => "SYNCGUARD_TEST_POSTGRES_URL",
         };
-        std::env::var(variable).unwrap_or_else(|_| {
-            panic!("{variable} is not set: run this through `bash scripts/with-services.sh`")
-        })
+        service_url(variable)
     }
 }
 
 fn rounds() -> usize {
-    std::env::var("SYNCGUARD_BENCH_ROUNDS")
-        .ok()
-        .and_then(|rounds| rounds.parse().ok())
-        .unwrap_or(3)
+    number_or("SYNCGUARD_BENCH_ROUNDS", 3)
 }
 
 /// `SYNCGUARD_BENCH_WORKERS`, or 1, 16 and 64.
@@ -139,12 +135,6 @@ fn worker_counts() -> Vec<usize> {
                 .collect()
         })
         .unwrap_or_else(|| WORKERS.to_vec())
-}
-
-fn wanted(backend: Backend) -> bool {
-    std::env::var("SYNCGUARD_BENCH_ONLY")
-        .map(|only| only.split(',').any(|name| name.trim() == backend.name()))
-        .unwrap_or(true)
 }
 
 /// The reference's cycle runner; it must have been built.
@@ -447,7 +437,7 @@ async fn main() {
         reference_runner();
     }
     for backend in [Backend::Redis, Backend::Postgres] {
-        if wanted(backend) {
+        if wanted(backend.name()) {
             compare(backend).await;
         }
     }

@@ -32,6 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use support::redis_cpu_seconds;
+use support::settings::{measured_time, service_url, wanted};
 use syncguard::backend::LockBackend;
 use syncguard::conformance::FaultyBackend;
 use syncguard::postgres::{PostgresBackend, PostgresConfig, setup_schema};
@@ -41,26 +42,6 @@ use tokio::time::Instant;
 const WAITERS: [usize; 3] = [2, 16, 64];
 const HOLDS: [Duration; 2] = [Duration::from_millis(1), Duration::from_millis(10)];
 const WARMUP: Duration = Duration::from_millis(500);
-
-fn measured_time() -> Duration {
-    let secs = std::env::var("SYNCGUARD_BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse::<f64>().ok())
-        .unwrap_or(3.0);
-    Duration::from_secs_f64(secs)
-}
-
-fn wanted(backend: &str) -> bool {
-    std::env::var("SYNCGUARD_BENCH_ONLY")
-        .map(|only| only.split(',').any(|name| name.trim() == backend))
-        .unwrap_or(true)
-}
-
-fn env_url(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| {
-        panic!("{name} is not set: run through `bash scripts/with-services.sh cargo bench ...`")
-    })
-}
 
 fn percentile(sorted: &[u32], p: f64) -> u32 {
     if sorted.is_empty() {
@@ -147,7 +128,7 @@ async fn row(
         .retry(RetryPolicy::new().with_wake_on_release(notified))
         .build()
         .expect("options");
-    let measured = measured_time();
+    let measured = measured_time(3.0);
     let start = Instant::now() + WARMUP;
     let end = start + measured;
     let shared = Arc::new(Shared {
@@ -333,12 +314,12 @@ async fn main() {
         bench_backend("memory", Arc::new(MemoryBackend::new()), None).await;
     }
     if wanted("redis") {
-        let url = env_url("SYNCGUARD_TEST_REDIS_URL");
+        let url = service_url("SYNCGUARD_TEST_REDIS_URL");
         let backend = RedisBackend::connect(&url).await.expect("redis");
         bench_backend("redis", Arc::new(backend), Some(&url)).await;
     }
     if wanted("postgres") {
-        let url = env_url("SYNCGUARD_TEST_POSTGRES_URL");
+        let url = service_url("SYNCGUARD_TEST_POSTGRES_URL");
         let backend = PostgresBackend::connect(&url).await.expect("postgres");
         setup_schema(backend.pool(), &PostgresConfig::new())
             .await

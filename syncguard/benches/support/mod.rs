@@ -13,13 +13,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 
+pub mod settings;
+
 /// How long each scenario runs: `SYNCGUARD_BENCH_SECS` (default 5).
 pub fn scenario_duration() -> Duration {
-    let secs = std::env::var("SYNCGUARD_BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5.0);
-    Duration::from_secs_f64(secs)
+    settings::measured_time(5.0)
 }
 
 /// What one scenario measured.
