@@ -181,6 +181,13 @@ impl Shared {
     /// run out, whether or not the keeper has run since.
     pub(crate) fn loss(&self) -> Option<LostReason> {
         if let Some(reason) = self.lost_reason.get() {
+            // Whoever sees the loss sees the token cancelled, even while the thread that
+            // recorded it has not reached its own cancel yet.
+            if let Some(token) = self.lost_token.get()
+                && !token.is_cancelled()
+            {
+                token.cancel();
+            }
             return Some(*reason);
         }
         if self.ended.load(Ordering::Acquire) {
@@ -213,13 +220,14 @@ impl Shared {
             return self.lost_reason().unwrap_or(reason);
         }
         if self.lost_reason.set(reason).is_ok() {
+            // The work first: cancelled before the loss is logged or observed.
+            if let Some(token) = self.lost_token.get() {
+                token.cancel();
+            }
             self.record_outcome("lost");
             tracing::warn!(parent: &self.span, lock = %self.name, fence = %self.fence, %reason, "syncguard lock lost");
             if let Some(observer) = &self.observer {
                 observer.lost(&self.key, &self.lock_id, reason, self.acquired_at.elapsed());
-            }
-            if let Some(token) = self.lost_token.get() {
-                token.cancel();
             }
             self.changed.notify_waiters();
         }
@@ -359,5 +367,69 @@ impl Shared {
             self.record_outcome("not_held");
         }
         Ok(released)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+
+    use super::*;
+    use crate::time::now_ms;
+
+    /// Holds the thread that records a loss inside the observer's `lost` until released.
+    struct SlowObserver {
+        entered: Mutex<mpsc::Sender<()>>,
+        go_on: Mutex<mpsc::Receiver<()>>,
+    }
+
+    impl LockObserver for SlowObserver {
+        fn lost(&self, _: &str, _: &LockId, _: LostReason, _: Duration) {
+            let _ = self.entered.lock().unwrap().send(());
+            let _ = self.go_on.lock().unwrap().recv();
+        }
+    }
+
+    fn shared(observer: Arc<dyn LockObserver>) -> Shared {
+        let wall = now_ms();
+        Shared::new(Start {
+            key: "state-test".to_owned(),
+            show_key: false,
+            on_lost: OnLost::Cancel,
+            lock_id: LockId::generate(),
+            fence: Fence::new(1).unwrap(),
+            ttl: Duration::from_secs(30),
+            max_hold: None,
+            min_hold: None,
+            expires_at_ms: wall + 30_000,
+            sent_at: Instant::now(),
+            sent_wall_ms: wall,
+            observer: Some(observer),
+        })
+    }
+
+    /// Whoever sees the loss sees the work's token cancelled, even while the thread that
+    /// recorded the loss is still busy telling the observer.
+    #[test]
+    fn a_loss_seen_is_a_token_cancelled() {
+        let (entered, is_entered) = mpsc::channel();
+        let (go_on, released) = mpsc::channel();
+        let shared = Arc::new(shared(Arc::new(SlowObserver {
+            entered: Mutex::new(entered),
+            go_on: Mutex::new(released),
+        })));
+        let token = shared.lost_token().clone();
+        let recorder = {
+            let shared = Arc::clone(&shared);
+            std::thread::spawn(move || shared.mark_lost(LostReason::NotHeld))
+        };
+        is_entered.recv().unwrap();
+        assert_eq!(shared.loss(), Some(LostReason::NotHeld));
+        assert!(
+            token.is_cancelled(),
+            "the loss is visible: so is the cancel"
+        );
+        go_on.send(()).unwrap();
+        assert_eq!(recorder.join().unwrap(), LostReason::NotHeld);
     }
 }
