@@ -93,7 +93,8 @@ impl Op {
     }
 }
 
-/// What every call of one backend's batch script passes before its operations.
+/// What every batch call of one backend passes before its operations, and how the call reaches
+/// the server (as a function or a script).
 pub(crate) struct Header {
     /// `<prefix>:id:`, the start of every index key.
     pub(crate) index_prefix: Box<str>,
