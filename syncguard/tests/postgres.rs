@@ -41,6 +41,17 @@ async fn backend() -> PostgresBackend {
 }
 
 /// A table-name suffix no other test (or run) uses.
+/// Takes the lock on `key`, which must be free (`why` says why it should be), and releases it.
+async fn takes_and_releases(backend: &PostgresBackend, key: &str, why: &str) {
+    let lease = backend
+        .acquire(key, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .lease()
+        .unwrap_or_else(|| panic!("{key}: {why}"));
+    assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+}
+
 fn unique(label: &str) -> String {
     format!(
         "{label}_{}",
@@ -457,13 +468,7 @@ async fn errors_are_mapped_from_real_failures() {
         .unwrap_err();
     assert_eq!(error.code(), ErrorCode::NetworkTimeout, "{error}");
     tx.rollback().await.unwrap();
-    let lease = backend
-        .acquire(&key, Duration::from_secs(5))
-        .await
-        .unwrap()
-        .lease()
-        .expect("free once the blocker is gone");
-    assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+    takes_and_releases(&backend, &key, "free once the blocker is gone").await;
 }
 
 /// Fence rows are never deleted: a trigger makes any DELETE or TRUNCATE of the fence table
@@ -1314,13 +1319,7 @@ async fn a_plain_acquire_past_its_timeout_leaves_nothing_held() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let lease = backend
-        .acquire(&key, Duration::from_secs(30))
-        .await
-        .unwrap()
-        .lease()
-        .expect("free again");
-    assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+    takes_and_releases(&backend, &key, "free again").await;
 }
 
 /// Connections the backend keeps between statements go back to the pool once idle (so that a
