@@ -248,18 +248,8 @@ fn main() {
     let measure = settings::measured_time(3.0);
     // One runtime thread by default: on a small machine the Redis server needs the other
     // cores, and a single-threaded client avoids cross-thread wake-ups on every reply.
-    let threads = settings::number_or("SYNCGUARD_BENCH_THREADS", 1_usize).max(1);
-    let runtime = if threads == 1 {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads)
-            .enable_all()
-            .build()
-    }
-    .expect("runtime");
+    let threads = settings::runtime_threads(1);
+    let runtime = settings::runtime(threads);
 
     runtime.block_on(async {
         let multiplexed = RedisBackend::connect(&url).await.expect("connect");

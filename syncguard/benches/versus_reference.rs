@@ -18,7 +18,9 @@
 //! `SYNCGUARD_BENCH_SECS` sets each measurement (default 3 s), `SYNCGUARD_BENCH_ROUNDS` the
 //! rounds (default 3), `SYNCGUARD_BENCH_ONLY` the backends (`redis,postgres`),
 //! `SYNCGUARD_BENCH_WORKERS` the worker counts (`1,16,64`) and `SYNCGUARD_BENCH_CONTENDERS` the
-//! contenders (`raw,syncguard,reference`; one alone, to profile it).
+//! contenders (`raw,syncguard,reference`; one alone, to profile it), `SYNCGUARD_BENCH_THREADS`
+//! the worker threads of the runtime the raw and syncguard clients run on (default 2; 1 makes a
+//! current-thread runtime, as single-threaded as the reference's Node).
 
 mod support;
 
@@ -27,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::PgPool;
-use support::settings::{number_or, service_url, wanted};
+use support::settings::{number_or, runtime, runtime_threads, service_url, wanted};
 use support::{Cycle, Measured, redis_cpu_seconds, run, scenario_duration};
 use syncguard::LockId;
 use syncguard::backend::LockBackend;
@@ -36,6 +38,9 @@ use syncguard::redis::RedisBackend;
 
 const WORKERS: [usize; 3] = [1, 16, 64];
 const TTL: Duration = Duration::from_secs(30);
+/// The runtime's worker threads unless `SYNCGUARD_BENCH_THREADS` says otherwise: as many as
+/// `#[tokio::main]` makes on the 2-core machine the figures come from.
+const RUNTIME_THREADS: usize = 2;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Contender {
@@ -352,10 +357,11 @@ async fn compare(backend: Backend) {
         }
     };
     println!(
-        "\n{}: {} rounds of {:.1} s per contender\n",
+        "\n{}: {} rounds of {:.1} s per contender, raw and syncguard on {} runtime threads\n",
         backend.name(),
         rounds(),
-        secs.as_secs_f64()
+        secs.as_secs_f64(),
+        runtime_threads(RUNTIME_THREADS),
     );
     println!(
         "| workers | contender | cycles/s | p50 µs | p99 µs | server µs/cycle | syncguard × |"
@@ -431,14 +437,14 @@ fn scenario_duration_or(default: f64) -> Duration {
     }
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
     if Contender::wanted().contains(&Contender::Reference) {
         reference_runner();
     }
+    let runtime = runtime(RUNTIME_THREADS);
     for backend in [Backend::Redis, Backend::Postgres] {
         if wanted(backend.name()) {
-            compare(backend).await;
+            runtime.block_on(compare(backend));
         }
     }
 }

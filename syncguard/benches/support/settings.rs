@@ -29,3 +29,25 @@ pub fn number_or<T: FromStr>(variable: &str, default: T) -> T {
 pub fn measured_time(default_secs: f64) -> Duration {
     Duration::from_secs_f64(number_or("SYNCGUARD_BENCH_SECS", default_secs))
 }
+
+/// `SYNCGUARD_BENCH_THREADS` (at least 1), or `default`.
+pub fn runtime_threads(default: usize) -> usize {
+    number_or("SYNCGUARD_BENCH_THREADS", default).max(1)
+}
+
+/// The runtime the bench's clients run on, with [`runtime_threads`] worker threads; one makes
+/// a current-thread runtime.
+pub fn runtime(default_threads: usize) -> tokio::runtime::Runtime {
+    let threads = runtime_threads(default_threads);
+    if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+    }
+    .expect("runtime")
+}
