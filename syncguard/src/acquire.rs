@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::backend::{
     AcquireOutcome, Contention, Lease, LockBackend, LockObserver, ReleaseWatch, Wake,
@@ -117,16 +118,20 @@ where
 }
 
 /// [`acquire`] on behalf of `holder` ([`LockBackend::acquire_as`]: stored with the lock, so
-/// that others can see who holds it), for the crate's own building blocks.
+/// that others can see who holds it), for the crate's own building blocks. Once `stop` is
+/// cancelled it waits no more and returns `Ok(None)`; an attempt already under way is
+/// finished first, and the lock it took is returned, so that whoever stops can release it
+/// (a dropped attempt would leave that to the backend's background release).
 pub(crate) async fn acquire_as(
     backend: Arc<dyn LockBackend>,
     key: &str,
     holder: &str,
     options: &LockOptions,
-) -> Result<LockGuard, LockError> {
+    stop: Option<&CancellationToken>,
+) -> Result<Option<LockGuard>, LockError> {
     let mut acquisition = Acquisition::new(backend, key, options)?;
     acquisition.holder = Some(holder.to_owned());
-    acquisition.wait(Keeping::Task).await
+    acquisition.wait_until(Keeping::Task, stop).await
 }
 
 /// `backend` behind an `Arc`. A backend that already is an `Arc<dyn LockBackend>` is shared
@@ -235,7 +240,20 @@ impl<'o> Acquisition<'o> {
     /// Attempts until the lock is taken or the retry policy gives up: at the policy's delays,
     /// and (on a backend that announces releases) when a release is announced or the holder's
     /// lease ends. See [`RetryPolicy`](crate::RetryPolicy) for what a waiter may expect.
-    async fn wait(mut self, keeping: Keeping) -> Result<LockGuard, LockError> {
+    async fn wait(self, keeping: Keeping) -> Result<LockGuard, LockError> {
+        match self.wait_until(keeping, None).await? {
+            Some(guard) => Ok(guard),
+            None => unreachable!("a wait without a stop token ends with the lock or an error"),
+        }
+    }
+
+    /// [`wait`](Self::wait), which also ends (with `None`) once `stop` is cancelled: between
+    /// attempts, never during one.
+    async fn wait_until(
+        mut self,
+        keeping: Keeping,
+        stop: Option<&CancellationToken>,
+    ) -> Result<Option<LockGuard>, LockError> {
         let retry = *self.options.retry();
         let deadline = later(self.began, retry.timeout());
         let mut delays = retry.delays();
@@ -253,14 +271,24 @@ impl<'o> Acquisition<'o> {
         // the holder's lease ends.
         let mut next_poll: Option<(Instant, Duration)> = None;
         let mut holder_ends: Option<Instant> = None;
+        let stopped = async {
+            match stop {
+                Some(stop) => stop.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(stopped);
         loop {
+            if stop.is_some_and(CancellationToken::is_cancelled) {
+                return Ok(None);
+            }
             if attempt_now {
                 match self.attempt().await? {
                     Attempt::Taken(lease, sent) => {
                         if let Some(watch) = watch.take() {
                             watch.acquired(lease.expires_at_ms);
                         }
-                        return Ok(self.guard(lease, sent, keeping));
+                        return Ok(Some(self.guard(lease, sent, keeping)));
                     }
                     Attempt::Refused(contention) => {
                         holder_ends = contention.holder_expires_at_ms.map(lease_over_at);
@@ -293,6 +321,7 @@ impl<'o> Acquisition<'o> {
                 }
             };
             tokio::select! {
+                () = &mut stopped => return Ok(None),
                 wake = woken => match wake {
                     Wake::Wait { holder_expires_at_ms } => {
                         attempt_now = false;

@@ -43,6 +43,7 @@ pub struct FaultyBackend {
 struct State {
     failing: AtomicBool,
     slow: AtomicBool,
+    slow_acquire_replies: AtomicBool,
     extends_stalled: AtomicBool,
     /// Acquires (plain and as a holder).
     acquires: AtomicU64,
@@ -59,7 +60,8 @@ impl std::fmt::Debug for FaultyBackend {
     }
 }
 
-/// How long a call waits first while the backend is [slow](FaultyBackend::slow).
+/// How long a call waits first while the backend is [slow](FaultyBackend::slow), and an
+/// acquire's answer while [acquire replies are slow](FaultyBackend::slow_acquire_replies).
 const SLOW_CALL: Duration = Duration::from_millis(700);
 
 /// How often a stalled extend looks whether it may go on.
@@ -88,6 +90,15 @@ impl FaultyBackend {
     /// While `slow`, every call waits 700 ms before it goes on.
     pub fn slow(&self, slow: bool) {
         self.state.slow.store(slow, Ordering::SeqCst);
+    }
+
+    /// While `slow`, acquires (plain and as a holder) reach the store at once and their answers
+    /// come 700 ms later, as behind a network that holds up replies: a caller that gives up
+    /// meanwhile leaves the lock taken.
+    pub fn slow_acquire_replies(&self, slow: bool) {
+        self.state
+            .slow_acquire_replies
+            .store(slow, Ordering::SeqCst);
     }
 
     /// While `stalled`, extends (the heartbeat's among them) hang before they reach the store,
@@ -129,6 +140,17 @@ impl FaultyBackend {
         self.gate().await
     }
 
+    /// An acquire's answer, held up while acquire replies are slow.
+    async fn acquire_reply(
+        &self,
+        outcome: Result<AcquireOutcome, LockError>,
+    ) -> Result<AcquireOutcome, LockError> {
+        if self.state.slow_acquire_replies.load(Ordering::SeqCst) {
+            sleep(SLOW_CALL).await;
+        }
+        outcome
+    }
+
     fn count(&self, acquire: bool) {
         if acquire {
             self.state.acquires.fetch_add(1, Ordering::Relaxed);
@@ -146,7 +168,8 @@ impl LockBackend for FaultyBackend {
         Box::pin(async move {
             self.gate().await?;
             self.count(true);
-            self.inner.acquire(key, ttl).await
+            let outcome = self.inner.acquire(key, ttl).await;
+            self.acquire_reply(outcome).await
         })
     }
 
@@ -203,7 +226,8 @@ impl LockBackend for FaultyBackend {
         Box::pin(async move {
             self.gate().await?;
             self.count(true);
-            self.inner.acquire_as(key, ttl, holder).await
+            let outcome = self.inner.acquire_as(key, ttl, holder).await;
+            self.acquire_reply(outcome).await
         })
     }
 

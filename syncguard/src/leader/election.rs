@@ -4,6 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio_util::sync::CancellationToken;
+
 use crate::acquire::{acquire_as, share};
 use crate::backend::LockBackend;
 use crate::key::normalize_key;
@@ -238,6 +240,19 @@ impl Election {
     /// a timeout gave up; backend errors as they come (they are not retried here:
     /// [`run_while_leader`](Self::run_while_leader) retries them).
     pub async fn campaign(&self) -> Result<Leadership, LockError> {
+        match self.campaign_until(None).await? {
+            Some(leadership) => Ok(leadership),
+            None => unreachable!("a campaign without a stop token ends leading or failed"),
+        }
+    }
+
+    /// [`campaign`](Self::campaign), which also ends (with `None`) once `stop` is cancelled:
+    /// an attempt under way is finished first, and the leadership it won is returned, for the
+    /// caller to resign.
+    pub(crate) async fn campaign_until(
+        &self,
+        stop: Option<&CancellationToken>,
+    ) -> Result<Option<Leadership>, LockError> {
         let settings = &self.settings;
         let nonce = LockId::generate();
         let holder = holder::encode(&settings.identity, nonce.as_str());
@@ -246,9 +261,10 @@ impl Election {
             &settings.key,
             &holder,
             &settings.options,
+            stop,
         )
         .await?;
-        Ok(Leadership::new(guard, Arc::clone(&settings.identity)))
+        Ok(guard.map(|guard| Leadership::new(guard, Arc::clone(&settings.identity))))
     }
 }
 

@@ -23,7 +23,10 @@ impl Election {
     ///   the ttl (with jitter). Campaigns that fail with a retryable backend error are
     ///   retried the same way;
     /// - **on `shutdown`** (cancelled) drops the work, resigns (waiting up to a second for the
-    ///   release, so that another candidate takes over at once) and returns `Ok(None)`;
+    ///   release, so that another candidate takes over at once) and returns `Ok(None)`. While
+    ///   campaigning, it stops waiting at once; an attempt already sent is first answered
+    ///   (within the backend's operation timeout), and a lock it took is released before the
+    ///   call returns, so that a process that exits right after leaves no lock behind;
     /// - **when the work returns** while leading, resigns and returns `Ok(Some(output))`.
     ///
     /// One call runs one copy of the work at a time: the next term's copy starts only once
@@ -82,13 +85,11 @@ impl Election {
                     () = tokio::time::sleep(pause) => {}
                 }
             }
-            let campaign = tokio::select! {
-                biased;
-                () = shutdown.cancelled() => return Ok(None),
-                campaign = self.campaign() => campaign,
-            };
-            let leadership = match campaign {
-                Ok(leadership) => leadership,
+            // A shutdown stops the campaign's waiting at once; an attempt under way is
+            // finished, and a leadership it won is resigned below, before returning.
+            let leadership = match self.campaign_until(Some(&shutdown)).await {
+                Ok(Some(leadership)) => leadership,
+                Ok(None) => return Ok(None),
                 Err(error) if error.is_retryable() => {
                     tracing::warn!(%error, election = self.name(), "syncguard campaign failed; campaigning again");
                     setbacks.failed();

@@ -41,6 +41,7 @@ use handover::{
     resign_hands_over_well_within_the_ttl,
 };
 use singleton::{
+    a_shutdown_during_a_campaign_attempt_leaves_no_lock,
     run_while_leader_runs_one_copy_at_a_time_only_while_leading,
     run_while_leader_stops_cleanly_on_shutdown_and_when_the_work_ends,
 };
@@ -89,6 +90,7 @@ on_every_backend!(
     observers_see_every_change_in_order,
     run_while_leader_runs_one_copy_at_a_time_only_while_leading,
     run_while_leader_stops_cleanly_on_shutdown_and_when_the_work_ends,
+    a_shutdown_during_a_campaign_attempt_leaves_no_lock,
 );
 
 async fn within_limit(scenario: impl Future<Output = ()>) {

@@ -86,9 +86,9 @@ pub(crate) async fn run_while_leader_runs_one_copy_at_a_time_only_while_leading(
     println!("run_while_leader under stalls: {checked:?}");
     assert!(checked.acting >= 4, "{checked:?}");
     assert!(checked.lost >= 3, "{checked:?}");
-    // The last leader resigned. A candidate stopped while its campaign's acquire was under
-    // way leaves the lock that acquire took to the backend's background release (the campaign
-    // future is dropped): it goes within moments, not before run_while_leader returns.
+    // The last leader resigned, and a candidate stopped while its campaign's attempt was under
+    // way released what it took (`a_shutdown_during_a_campaign_attempt_leaves_no_lock`); the
+    // wait allows for a resignation whose release outlasted the second it is waited for.
     let deadline = tokio::time::Instant::now() + PROMPT;
     while let Some(leader) = observer.leader().await.unwrap() {
         assert!(
@@ -210,5 +210,49 @@ pub(crate) async fn run_while_leader_stops_cleanly_on_shutdown_and_when_the_work
         leader.leader().await.unwrap(),
         None,
         "the standby resigned when its work ended"
+    );
+}
+
+/// A shutdown while a campaign's attempt is on the wire (the store took the lock, its answer
+/// is held up): the attempt is answered and the lock it took released before
+/// `run_while_leader` returns, so that a process that exits right after leaves no leader
+/// behind; the work never starts.
+pub(crate) async fn a_shutdown_during_a_campaign_attempt_leaves_no_lock(kind: Kind) {
+    let name = unique_name("shutdown-attempt");
+    let ttl = Duration::from_secs(60);
+    let faulty = kind.faulty().await;
+    let shared: Arc<dyn LockBackend> = Arc::new(faulty.clone());
+    let candidate = election(&shared, &name, "candidate", ttl);
+    let observer = election(&kind.instance().await, &name, "observer", ttl);
+    let stop = CancellationToken::new();
+    let worked = Arc::new(AtomicBool::new(false));
+    faulty.slow_acquire_replies(true);
+    let running = tokio::spawn({
+        let (candidate, stop, worked) = (candidate.clone(), stop.clone(), Arc::clone(&worked));
+        async move {
+            candidate
+                .run_while_leader(stop, async move |_leadership| {
+                    worked.store(true, Ordering::SeqCst);
+                })
+                .await
+        }
+    });
+    let deadline = Instant::now() + PROMPT;
+    while faulty.acquires() == 0 {
+        assert!(Instant::now() < deadline, "the campaign made an attempt");
+        sleep(Duration::from_millis(5)).await;
+    }
+    stop.cancel();
+    let stopped = timeout(PROMPT, running)
+        .await
+        .expect("it returns once the attempt is answered")
+        .unwrap()
+        .expect("run_while_leader");
+    assert_eq!(stopped, None, "stopped by the shutdown");
+    assert!(!worked.load(Ordering::SeqCst), "the work never started");
+    assert_eq!(
+        observer.leader().await.expect("read the leader"),
+        None,
+        "the lock the attempt took was released before run_while_leader returned"
     );
 }
