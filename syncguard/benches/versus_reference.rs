@@ -441,7 +441,7 @@ fn main() {
     if Contender::wanted().contains(&Contender::Reference) {
         reference_runner();
     }
-    let runtime = runtime(RUNTIME_THREADS);
+    let runtime = runtime(runtime_threads(RUNTIME_THREADS));
     for backend in [Backend::Redis, Backend::Postgres] {
         if wanted(backend.name()) {
             runtime.block_on(compare(backend));

@@ -35,10 +35,9 @@ pub fn runtime_threads(default: usize) -> usize {
     number_or("SYNCGUARD_BENCH_THREADS", default).max(1)
 }
 
-/// The runtime the bench's clients run on, with [`runtime_threads`] worker threads; one makes
-/// a current-thread runtime.
-pub fn runtime(default_threads: usize) -> tokio::runtime::Runtime {
-    let threads = runtime_threads(default_threads);
+/// The runtime the bench's clients run on, with `threads` worker threads (see
+/// [`runtime_threads`]); one makes a current-thread runtime.
+pub fn runtime(threads: usize) -> tokio::runtime::Runtime {
     if threads == 1 {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
