@@ -42,6 +42,7 @@ use handover::{
 };
 use singleton::{
     a_shutdown_during_a_campaign_attempt_leaves_no_lock,
+    a_shutdown_during_a_failing_campaign_attempt_returns,
     run_while_leader_runs_one_copy_at_a_time_only_while_leading,
     run_while_leader_stops_cleanly_on_shutdown_and_when_the_work_ends,
 };
@@ -91,6 +92,7 @@ on_every_backend!(
     run_while_leader_runs_one_copy_at_a_time_only_while_leading,
     run_while_leader_stops_cleanly_on_shutdown_and_when_the_work_ends,
     a_shutdown_during_a_campaign_attempt_leaves_no_lock,
+    a_shutdown_during_a_failing_campaign_attempt_returns,
 );
 
 async fn within_limit(scenario: impl Future<Output = ()>) {

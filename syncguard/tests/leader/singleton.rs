@@ -256,3 +256,37 @@ pub(crate) async fn a_shutdown_during_a_campaign_attempt_leaves_no_lock(kind: Ki
         "the lock the attempt took was released before run_while_leader returned"
     );
 }
+
+/// A shutdown while a campaign's attempt is on the way to a store that is gone (the attempt
+/// fails, retryably, after a delay): the call returns `Ok(None)` once the attempt has failed,
+/// instead of campaigning again, and nothing is held.
+pub(crate) async fn a_shutdown_during_a_failing_campaign_attempt_returns(kind: Kind) {
+    let name = unique_name("shutdown-failing");
+    let ttl = Duration::from_secs(60);
+    let faulty = kind.faulty().await;
+    let shared: Arc<dyn LockBackend> = Arc::new(faulty.clone());
+    let candidate = election(&shared, &name, "candidate", ttl);
+    let observer = election(&kind.instance().await, &name, "observer", ttl);
+    let stop = CancellationToken::new();
+    faulty.slow(true);
+    faulty.fail(true);
+    let running = tokio::spawn({
+        let (candidate, stop) = (candidate.clone(), stop.clone());
+        async move {
+            candidate
+                .run_while_leader(stop, async |_leadership| ())
+                .await
+        }
+    });
+    // Well inside the attempt's 700 ms wait before it fails.
+    sleep(Duration::from_millis(100)).await;
+    stop.cancel();
+    let stopped = timeout(PROMPT, running)
+        .await
+        .expect("it returns once the attempt has failed")
+        .unwrap()
+        .expect("a retryable failure after the shutdown is no error");
+    assert_eq!(stopped, None, "stopped by the shutdown");
+    assert_eq!(faulty.acquires(), 0, "no attempt reached the store");
+    assert_eq!(observer.leader().await.expect("read the leader"), None);
+}
