@@ -18,6 +18,9 @@ use syncguard::key::{make_fence_key, make_storage_key};
 use syncguard::{ErrorCode, LockId, conformance};
 use tokio::sync::Barrier;
 
+#[path = "support/frozen.rs"]
+mod frozen;
+
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
 /// A project id no other test (or run) uses.
@@ -953,4 +956,15 @@ mod holders {
         }
         assert!(!backends[0].is_locked(&key).await.unwrap());
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_holder_takes_no_step_past_its_lease() {
+    warm_up_emulator().await;
+    let project = project();
+    let make = move || {
+        let project = project.clone();
+        async move { backend_in(&project, FirestoreConfig::new()).await }
+    };
+    frozen::a_frozen_holder_takes_no_step_past_its_lease(make, "frozen:holder").await;
 }

@@ -17,6 +17,9 @@ use syncguard::{
 };
 use tokio::time::{Instant, sleep, timeout};
 
+#[path = "support/frozen.rs"]
+mod frozen;
+
 /// A memory backend whose extends can be made to fail, whose releases can be made slow (not
 /// answered when first polled), and which counts the calls it gets.
 #[derive(Clone, Default)]
@@ -1017,4 +1020,11 @@ async fn hold_spans_show_the_key_only_when_asked_and_record_every_ending() {
         warned[0].1.as_ref().map(|s| s.fields["key_hash"].clone()),
         Some(hash_key("span:lost"))
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_holder_takes_no_step_past_its_lease() {
+    let store = MemoryBackend::new();
+    let make = move || std::future::ready(store.clone());
+    frozen::a_frozen_holder_takes_no_step_past_its_lease(make, "frozen:holder").await;
 }

@@ -21,6 +21,9 @@ use pg_reference::reference_acquire;
 mod urls;
 use urls::postgres_url;
 
+#[path = "support/frozen.rs"]
+mod frozen;
+
 async fn pool(max_connections: u32) -> PgPool {
     PostgresBackend::pool_options()
         .max_connections(max_connections)
@@ -1569,4 +1572,10 @@ async fn a_lost_acquire_as_is_left_to_its_holder() {
         .expect("still held by its holder");
     assert_eq!(raw.lock_id, lease.lock_id);
     assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_holder_takes_no_step_past_its_lease() {
+    let key = format!("frozen:{}", LockId::generate());
+    frozen::a_frozen_holder_takes_no_step_past_its_lease(backend, &key).await;
 }

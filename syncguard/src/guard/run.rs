@@ -1,6 +1,7 @@
 //! Running work under a guard, and the release at the end of it.
 
 use std::future::Future;
+use std::task::Poll;
 use std::time::Duration;
 
 use tracing::Instrument as _;
@@ -19,7 +20,9 @@ impl LockGuard {
     /// the work they are given.
     ///
     /// With [`OnLost::Cancel`] (the options' default) a loss drops `work` at once and returns
-    /// [`LockError::LockLost`]; with [`OnLost::Notify`] the work runs on (it can watch
+    /// [`LockError::LockLost`], and the lease is checked against the clock before every poll
+    /// of `work`: after a stall (a frozen runtime, a blocked thread) the work takes no further
+    /// step once its lease has run out, whatever the runtime wakes first. With [`OnLost::Notify`] the work runs on (it can watch
     /// [`lost`](Self::lost)). Either way, work that finishes when the lock is lost (its lease
     /// ran out while it ran, even unnoticed because its thread was blocked) gets
     /// `LockLost`, not its output: its side effects were not exclusive throughout, and the
@@ -44,11 +47,26 @@ impl LockGuard {
         let output = match self.shared.on_lost {
             OnLost::Notify => work.await,
             OnLost::Cancel => {
-                tokio::select! {
+                let lost = self.lost();
+                tokio::pin!(work, lost);
+                let polled = std::future::poll_fn(|cx| {
+                    // The lease before every step of the work, read from the clock rather than
+                    // from whichever timer or task the runtime happens to run first: after a
+                    // stall (a frozen runtime, a blocked thread) the work must not take one
+                    // more step once the lease has run out.
+                    if let Some(reason) = self.shared.loss() {
+                        return Poll::Ready(Err(reason));
+                    }
+                    if let Poll::Ready(reason) = lost.as_mut().poll(cx) {
+                        return Poll::Ready(Err(reason));
+                    }
                     // A finished work is judged below, by the lease at the moment it finished.
-                    biased;
-                    output = work => output,
-                    reason = self.lost() => return Err(self.lost_error(reason)),
+                    work.as_mut().poll(cx).map(Ok)
+                })
+                .await;
+                match polled {
+                    Ok(output) => output,
+                    Err(reason) => return Err(self.lost_error(reason)),
                 }
             }
         };

@@ -11,6 +11,8 @@
 //! `bash scripts/with-services.sh cargo test -p syncguard --features redis,conformance --test redis`
 //! installs redis-server if missing and sets both.
 
+#[path = "../support/frozen.rs"]
+mod frozen;
 #[path = "../support/servers.rs"]
 mod servers;
 #[path = "../support/urls.rs"]
@@ -88,4 +90,10 @@ pub(crate) fn eval(script: &str, keys: &[&str]) -> redis::Cmd {
 
 pub(crate) fn unique(label: &str) -> String {
     format!("redis-test:{label}:{}", LockId::generate())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_holder_takes_no_step_past_its_lease() {
+    let key = format!("frozen:{}", LockId::generate());
+    frozen::a_frozen_holder_takes_no_step_past_its_lease(manager_backend, &key).await;
 }
