@@ -187,6 +187,12 @@ impl LockOptionsBuilder {
     /// whose clocks disagree by less than this do not run the same firing twice. The release
     /// still reports `true`, and nothing is reported lost. 1 ms to 365 days.
     ///
+    /// The time is counted on the backend's clock from when it took the lock, and the release
+    /// sets the lock's expiry to that fixed time ([`expire_at`]): a release delayed in the
+    /// network can never keep the lock past it.
+    ///
+    /// [`expire_at`]: crate::backend::LockBackend::expire_at
+    ///
     /// ```
     /// use std::time::Duration;
     /// use syncguard::LockOptions;

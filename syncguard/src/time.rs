@@ -59,6 +59,23 @@ pub fn ttl_millis(ttl: Duration) -> Result<u64, LockError> {
     }
 }
 
+/// Checks an absolute expiry (Unix ms, as [`LockBackend::expire_at`] takes it): at most
+/// [`MAX_TTL`] past the local clock. Expiries in the past are valid: they leave a lock expired.
+///
+/// # Errors
+/// [`LockError::InvalidArgument`] for an expiry further ahead.
+///
+/// [`LockBackend::expire_at`]: crate::backend::LockBackend::expire_at
+pub fn check_expiry(expires_at_ms: u64) -> Result<u64, LockError> {
+    let latest = now_ms().saturating_add(ttl_millis(MAX_TTL)?);
+    if expires_at_ms > latest {
+        return Err(LockError::invalid_argument(format!(
+            "expiry {expires_at_ms} (Unix ms) is more than the 365-day maximum ttl ahead"
+        )));
+    }
+    Ok(expires_at_ms)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,6 +21,9 @@ use tokio::time::Instant;
 mod proxy;
 use proxy::Proxy;
 
+#[path = "support/min_hold_partition.rs"]
+mod min_hold_partition;
+
 #[path = "support/urls.rs"]
 mod urls;
 use urls::postgres_url;
@@ -425,4 +428,21 @@ async fn a_listener_cut_off_comes_back_and_catches_up_on_missed_releases() {
         .unwrap();
     println!("hand-over after the partition: {:?}", released.elapsed());
     guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_min_hold_release_landing_late_keeps_nothing_past_min_hold() {
+    let proxy = Proxy::start(&server_addr()).await;
+    let config = PostgresConfig::new()
+        .with_acquire_timeout(Duration::from_millis(500))
+        .with_operation_timeout(Duration::from_millis(500));
+    let cut_off = backend_on(&url_at(proxy.addr()), 2, config).await;
+    let direct = backend_on(&postgres_url(), 2, PostgresConfig::new()).await;
+    let key = key("min-hold-partition");
+    // Warm a connection, so that the operations go out on it.
+    assert!(!cut_off.is_locked(&key).await.unwrap());
+    min_hold_partition::a_min_hold_release_landing_late_keeps_nothing_past_min_hold(
+        cut_off, direct, &proxy, &key,
+    )
+    .await;
 }

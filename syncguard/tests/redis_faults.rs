@@ -14,6 +14,9 @@ use tokio::time::{Instant, sleep};
 mod proxy;
 use proxy::Proxy;
 
+#[path = "support/min_hold_partition.rs"]
+mod min_hold_partition;
+
 #[path = "support/urls.rs"]
 mod urls;
 use urls::redis_url;
@@ -94,4 +97,22 @@ async fn an_acquire_that_timed_out_and_was_applied_later_is_released() {
             .expect("the key is free");
         assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_min_hold_release_landing_late_keeps_nothing_past_min_hold() {
+    let proxy = Proxy::start(&server_addr()).await;
+    let cut_off = RedisBackend::builder(&format!("redis://{}", proxy.addr()))
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .expect("connect through the proxy");
+    let direct = RedisBackend::connect(&redis_url()).await.unwrap();
+    let key = format!("redis-faults:min-hold:{}", LockId::generate());
+    // Warm the connection (scripts loaded), so that each operation is one request.
+    assert!(!cut_off.is_locked(&key).await.unwrap());
+    min_hold_partition::a_min_hold_release_landing_late_keeps_nothing_past_min_hold(
+        cut_off, direct, &proxy, &key,
+    )
+    .await;
 }

@@ -140,6 +140,33 @@ pub trait LockBackend: Send + Sync {
         Box::pin(async move { Err(error) })
     }
 
+    /// Sets the expiry of the live lock held by `lock_id` to `expires_at_ms` (Unix ms of the
+    /// backend's [time authority](TimeAuthority)), earlier or later than it is, and returns
+    /// it. An expired lock is never revived; an `expires_at_ms` already past (tolerance
+    /// included) leaves the lock expired.
+    ///
+    /// The end of a hold that must last until a fixed time whenever the request lands:
+    /// a release within [`min_hold`](crate::LockOptionsBuilder::min_hold) keeps the lock until
+    /// then with this call, so that a request delayed in the network can never keep the lock
+    /// past the time it names (an extend counts its ttl from its arrival).
+    ///
+    /// The built-in backends implement it; the default refuses with
+    /// [`LockError::InvalidArgument`], and a guard with `min_hold` then fails its release
+    /// (the lock expires at the end of its lease).
+    fn expire_at<'a>(
+        &'a self,
+        lock_id: &'a LockId,
+        expires_at_ms: u64,
+    ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
+        let _ = (lock_id, expires_at_ms);
+        let error = LockError::invalid_argument(format!(
+            "the {} backend cannot set a lock's expiry to a fixed time (`expire_at`), which \
+             `min_hold` needs; drop `min_hold` or use a built-in backend",
+            self.capabilities().backend
+        ));
+        Box::pin(async move { Err(error) })
+    }
+
     /// Instrumentation that wants the events of acquiring and holding locks through this
     /// backend (waits, heartbeats, hold times, losses). `None` by default; the telemetry
     /// decorators return theirs.
@@ -198,6 +225,10 @@ macro_rules! forward_backend {
             fn extend_by<'a>(&'a self, lock_id: &'a LockId, by: Duration)
                 -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
                 (**self).extend_by(lock_id, by)
+            }
+            fn expire_at<'a>(&'a self, lock_id: &'a LockId, expires_at_ms: u64)
+                -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
+                (**self).expire_at(lock_id, expires_at_ms)
             }
         }
     )*};

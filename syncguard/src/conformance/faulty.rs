@@ -243,6 +243,18 @@ impl LockBackend for FaultyBackend {
         })
     }
 
+    fn expire_at<'a>(
+        &'a self,
+        lock_id: &'a LockId,
+        expires_at_ms: u64,
+    ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
+        Box::pin(async move {
+            self.extend_gate().await?;
+            self.count(false);
+            self.inner.expire_at(lock_id, expires_at_ms).await
+        })
+    }
+
     fn observer(&self) -> Option<Arc<dyn LockObserver>> {
         self.inner.observer()
     }

@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use tokio::time::{Instant, sleep, timeout};
 
-use super::unique_key;
+use super::{acquired, assert_code, unique_key};
 use crate::backend::LockBackend;
-use crate::{LockOptions, RetryPolicy};
+use crate::time::now_ms;
+use crate::{ErrorCode, LockOptions, RetryPolicy, get_by_key};
 
 /// An early release keeps the key held until the minimum hold is over (and reports a
 /// release, not a loss); a late one frees it at once.
@@ -70,5 +71,61 @@ pub async fn min_hold_keeps_a_released_lock<B: LockBackend + Clone + 'static>(ba
     let guard = crate::acquire(&backend, &key, &short).await.unwrap();
     sleep(Duration::from_millis(400)).await;
     assert!(guard.release().await.unwrap());
+    assert!(!backend.is_locked(&key).await.unwrap());
+}
+
+/// `expire_at` sets the live lock's expiry to the time it names, later or earlier; a time
+/// already past leaves the lock expired (the key free); it never revives an expired or
+/// released lock, and refuses an expiry beyond the longest ttl, changing nothing.
+pub async fn expire_at_sets_a_fixed_expiry<B: LockBackend + Clone + 'static>(backend: B) {
+    let key = unique_key("expire-at");
+    let ttl = Duration::from_secs(30);
+    let lease = acquired(&backend, &key, ttl).await;
+    // The store's clock when it took the lock, whatever this process's clock says.
+    let taken_ms = lease.expires_at_ms - 30_000;
+    for at in [taken_ms + 60_000, taken_ms + 5_000] {
+        let outcome = backend.expire_at(&lease.lock_id, at).await.unwrap();
+        assert_eq!(outcome.expires_at_ms(), Some(at), "expire_at({at})");
+        let info = get_by_key(&backend, &key).await.unwrap().expect("live");
+        assert_eq!(info.expires_at_ms, at, "the stored expiry is the one set");
+    }
+
+    let far = now_ms() + 400 * 24 * 3_600_000;
+    assert_code(
+        backend.expire_at(&lease.lock_id, far).await,
+        ErrorCode::InvalidArgument,
+        "an expiry past the longest ttl",
+    );
+    let info = get_by_key(&backend, &key).await.unwrap().expect("live");
+    assert_eq!(
+        info.expires_at_ms,
+        taken_ms + 5_000,
+        "the refusal changed nothing"
+    );
+
+    // A time already past (tolerance included): the lock is over, the key free at once.
+    let past = taken_ms.saturating_sub(10_000);
+    let outcome = backend.expire_at(&lease.lock_id, past).await.unwrap();
+    assert_eq!(outcome.expires_at_ms(), Some(past));
+    assert!(!backend.is_locked(&key).await.unwrap());
+    let next = acquired(&backend, &key, ttl).await;
+    assert!(next.fence > lease.fence);
+    let revived = backend
+        .expire_at(&lease.lock_id, taken_ms + 60_000)
+        .await
+        .unwrap();
+    assert!(
+        revived.expires_at_ms().is_none(),
+        "an expired lock is never revived: {revived:?}"
+    );
+    assert!(backend.release(&next.lock_id).await.unwrap().is_released());
+    let released = backend
+        .expire_at(&next.lock_id, taken_ms + 60_000)
+        .await
+        .unwrap();
+    assert!(
+        released.expires_at_ms().is_none(),
+        "a released lock is never revived: {released:?}"
+    );
     assert!(!backend.is_locked(&key).await.unwrap());
 }

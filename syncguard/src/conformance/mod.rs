@@ -43,7 +43,7 @@ pub use lease_safety::{
     a_manual_extend_waits_for_the_heartbeats, a_stalled_holder_learns_of_its_loss,
     huge_durations_never_overflow, work_that_outlived_its_lease_is_not_a_success,
 };
-pub use min_hold::min_hold_keeps_a_released_lock;
+pub use min_hold::{expire_at_sets_a_fixed_expiry, min_hold_keeps_a_released_lock};
 pub use waiting::{
     a_cancelled_wait_leaves_nothing_behind, a_waiter_whose_turn_comes_waits_for_the_release,
     waiters_take_turns_in_arrival_order, waiters_wake_on_release, waiters_wake_when_the_lease_ends,
@@ -78,7 +78,8 @@ macro_rules! conformance_tests {
             extend_by_adds_to_the_expiry, bad_holders_change_nothing,
             waiters_wake_on_release, waiters_wake_when_the_lease_ends,
             waiters_take_turns_in_arrival_order, a_cancelled_wait_leaves_nothing_behind,
-            a_waiter_whose_turn_comes_waits_for_the_release, min_hold_keeps_a_released_lock
+            a_waiter_whose_turn_comes_waits_for_the_release, min_hold_keeps_a_released_lock,
+            expire_at_sets_a_fixed_expiry
         );
     };
     (@each $make:expr; $($check:ident),* $(,)?) => {

@@ -96,6 +96,7 @@
 //! [`extend_by`](crate::LockBackend::extend_by) adds to the live lock's `expiresAtMs` (capped
 //! at 2^53 − 1, the largest integer a JavaScript number holds exactly) in a commit conditioned
 //! as `extend`'s; a missing or expired lock is not held, and is never revived.
+//! [`expire_at`](crate::LockBackend::expire_at) sets it to the time given, in the same way.
 //!
 //! A commit that conflicts is rejected whole (a failed precondition, or `ABORTED`), so the
 //! operation's next run starts from what the store holds then: a retried `acquire_as` re-enters

@@ -16,7 +16,7 @@ use crate::backend::{
     NotHeldReason, ReleaseNotifier, ReleaseOutcome, TimeAuthority, check_holder,
 };
 use crate::key::{hash_key, normalize_key};
-use crate::time::{is_live, now_ms, ttl_millis};
+use crate::time::{check_expiry, is_live, now_ms, ttl_millis};
 use crate::{Fence, LockError, LockId};
 
 /// What release and extend found for a lock id.
@@ -187,29 +187,21 @@ impl FirestoreBackend {
         Ok(outcome)
     }
 
-    /// One extend: to now + `ttl`, or (`by`) to the current expiry + `ttl`.
+    /// One extend, to the expiry `expiry` makes of the current one and the time (its amount
+    /// checked by the caller).
     async fn extend_once(
         &self,
         lock_id: &LockId,
-        ttl: Duration,
-        by: bool,
+        expiry: Result<impl Fn(u64, u64) -> u64 + Copy, LockError>,
     ) -> Result<ExtendOutcome, LockError> {
-        let ttl_ms = ttl_millis(ttl)?;
+        let expiry = expiry?;
         self.transact(true, |reader| async move {
             let found = self.query_lock_id(&reader, lock_id).await?;
             let now = now_ms();
             Ok(match Self::resolve(found, lock_id, now) {
                 Resolved::Held(mut held) => {
-                    let expires_at_ms = if by {
-                        // Added to the live lock's expiry (resolve refused an expired one).
-                        held.data
-                            .expires_at_ms
-                            .0
-                            .saturating_add(ttl_ms)
-                            .min(MAX_EXPIRES_MS)
-                    } else {
-                        now + ttl_ms
-                    };
+                    // Set on the live lock only (resolve refused an expired one).
+                    let expires_at_ms = expiry(held.data.expires_at_ms.0, now);
                     held.data.expires_at_ms = Millis(expires_at_ms);
                     (
                         ExtendOutcome::Extended { expires_at_ms },
@@ -292,7 +284,8 @@ impl LockBackend for FirestoreBackend {
         lock_id: &'a LockId,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
-        Box::pin(self.extend_once(lock_id, ttl, false))
+        let expiry = ttl_millis(ttl).map(|ttl_ms| move |_, now: u64| now + ttl_ms);
+        Box::pin(self.extend_once(lock_id, expiry))
     }
 
     fn extend_by<'a>(
@@ -300,7 +293,18 @@ impl LockBackend for FirestoreBackend {
         lock_id: &'a LockId,
         by: Duration,
     ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
-        Box::pin(self.extend_once(lock_id, by, true))
+        let expiry = ttl_millis(by)
+            .map(|by_ms| move |current: u64, _| current.saturating_add(by_ms).min(MAX_EXPIRES_MS));
+        Box::pin(self.extend_once(lock_id, expiry))
+    }
+
+    fn expire_at<'a>(
+        &'a self,
+        lock_id: &'a LockId,
+        expires_at_ms: u64,
+    ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
+        let expiry = check_expiry(expires_at_ms).map(|at| move |_, _| at);
+        Box::pin(self.extend_once(lock_id, expiry))
     }
 
     fn is_locked<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {

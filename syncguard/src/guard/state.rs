@@ -32,6 +32,10 @@ pub(crate) struct Shared {
     pub(super) hold_until: Option<Instant>,
     /// Until when a release leaves the lock in place (`min_hold`); `None`: a release frees it.
     pub(super) keep_until: Option<Instant>,
+    /// The same on the backend's time authority (Unix ms): the acquire's expiry less its ttl
+    /// is when the backend took the lock, so the lock is kept exactly `min_hold` there, and
+    /// never longer, however late the release that asks for it lands.
+    pub(super) keep_until_ms: Option<u64>,
     clock: LeaseClock,
     belief: Mutex<Belief>,
     /// Held for the whole of an extend, the heartbeat's or a manual one: with one extend in
@@ -125,6 +129,8 @@ impl Shared {
         let hold_until = max_hold.map(|max| later(sent_at, max));
         // Counted from the answer, which came after the backend took the lock: never short.
         let keep_until = min_hold.map(|min| later(Instant::now(), min));
+        let taken_at_ms = expires_at_ms.saturating_sub(millis(ttl));
+        let keep_until_ms = min_hold.map(|min| taken_at_ms.saturating_add(millis(min)));
         let mut belief = Belief::granted(sent_at, ttl, expires_at_ms);
         belief.reaches_cap = hold_until.is_some_and(|cap| belief.deadline >= cap);
         let name = LockName::new(&key, show_key);
@@ -149,6 +155,7 @@ impl Shared {
             acquired_at: sent_at,
             hold_until,
             keep_until,
+            keep_until_ms,
             clock: LeaseClock::calibrate(sent_wall_ms, ttl, expires_at_ms),
             belief: Mutex::new(belief),
             extending: tokio::sync::Mutex::new(()),
@@ -368,6 +375,11 @@ impl Shared {
         }
         Ok(released)
     }
+}
+
+/// A duration in whole milliseconds, saturating.
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

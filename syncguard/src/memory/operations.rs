@@ -10,7 +10,7 @@ use crate::backend::{
     ReleaseNotifier, ReleaseOutcome, TimeAuthority, check_holder,
 };
 use crate::key::normalize_key;
-use crate::time::{now_ms, ttl_millis};
+use crate::time::{check_expiry, now_ms, ttl_millis};
 use crate::{LockError, LockId};
 
 impl MemoryBackend {
@@ -101,6 +101,16 @@ impl LockBackend for MemoryBackend {
                 expires_at_ms.saturating_add(by_ms)
             })
         });
+        Box::pin(async move { outcome })
+    }
+
+    fn expire_at<'a>(
+        &'a self,
+        lock_id: &'a LockId,
+        expires_at_ms: u64,
+    ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
+        let outcome =
+            check_expiry(expires_at_ms).map(|at| self.state().extend(lock_id, now_ms(), |_| at));
         Box::pin(async move { outcome })
     }
 

@@ -12,7 +12,7 @@
 //! lock) calls a server-side function that [`setup_schema`] installs (the reference runs the
 //! same steps as an eight-round-trip transaction). The first refusal on a key costs the two
 //! statements; for a second after it, that key's acquires call the function at once, as
-//! `acquire_as` always does. Release, extend, `extend_by`, `is_locked` and lookups are single
+//! `acquire_as` always does. Release, extend, `extend_by`, `expire_at`, `is_locked` and lookups are single
 //! statements whose `WHERE` clause checks ownership and liveness, so that a concurrent
 //! writer makes PostgreSQL check them again on the newest row. Waiters wake when a lock is
 //! released: releases are announced with `pg_notify` and heard on one listening connection

@@ -13,7 +13,7 @@ use crate::backend::{
     NotHeldReason, ReleaseNotifier, ReleaseOutcome, TimeAuthority,
 };
 use crate::key::{make_storage_key, normalize_key};
-use crate::time::{TIME_TOLERANCE_MS, ttl_millis};
+use crate::time::{TIME_TOLERANCE_MS, check_expiry, ttl_millis};
 use crate::{LockError, LockId};
 
 impl PostgresBackend {
@@ -61,10 +61,11 @@ impl PostgresBackend {
         Ok(ReleaseOutcome::Released)
     }
 
-    /// Runs `sql`, the extend statement or the extend-by one, on the live lock of `lock_id`
-    /// with `amount` (a ttl, or the time to add to the expiry).
+    /// Runs `sql`, the extend statement, the extend-by one or the expire-at one, on the live
+    /// lock of `lock_id` with `value_ms` (a ttl, the time to add to the expiry, or the expiry).
     ///
-    /// Extends set the expiry from the clock, so a retry after a dead connection is harmless.
+    /// Extends set the expiry from the clock, and expire-at to a fixed time, so a retry after
+    /// a dead connection is harmless.
     /// An extend by an amount is not idempotent: if the first run was applied and only its
     /// answer lost (the connection died while the answer was on its way), the retry adds the
     /// amount once more. It still never revives a lock nor touches another one, and its answer
@@ -73,16 +74,16 @@ impl PostgresBackend {
         &self,
         sql: &SqlStr,
         lock_id: &LockId,
-        amount: Duration,
+        value_ms: Result<u64, LockError>,
     ) -> Result<ExtendOutcome, LockError> {
-        let amount_ms = ttl_millis(amount)?;
+        let value_ms = value_ms?;
         let row = self
             .session
             .run(|conn, _| {
                 boxed(
                     sqlx::query(sql.clone())
                         .bind(lock_id.as_str().to_owned())
-                        .bind(as_bigint(amount_ms))
+                        .bind(as_bigint(value_ms))
                         .bind(as_bigint(TIME_TOLERANCE_MS))
                         .fetch_one(conn),
                 )
@@ -220,7 +221,7 @@ impl LockBackend for PostgresBackend {
         lock_id: &'a LockId,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
-        Box::pin(self.extend_with(&self.inner.extend, lock_id, ttl))
+        Box::pin(self.extend_with(&self.inner.extend, lock_id, ttl_millis(ttl)))
     }
 
     fn extend_by<'a>(
@@ -228,7 +229,16 @@ impl LockBackend for PostgresBackend {
         lock_id: &'a LockId,
         by: Duration,
     ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
-        Box::pin(self.extend_with(&self.inner.extend_by, lock_id, by))
+        Box::pin(self.extend_with(&self.inner.extend_by, lock_id, ttl_millis(by)))
+    }
+
+    fn expire_at<'a>(
+        &'a self,
+        lock_id: &'a LockId,
+        expires_at_ms: u64,
+    ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
+        let sql = &self.inner.expire_at;
+        Box::pin(self.extend_with(sql, lock_id, check_expiry(expires_at_ms)))
     }
 
     fn is_locked<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {

@@ -26,6 +26,7 @@ pub(super) struct Inner {
     pub(super) lock_id_stored: SqlStr,
     pub(super) extend: SqlStr,
     pub(super) extend_by: SqlStr,
+    pub(super) expire_at: SqlStr,
     pub(super) is_locked: SqlStr,
     pub(super) lookup_by_key: SqlStr,
     pub(super) lookup_by_id: SqlStr,
@@ -137,6 +138,14 @@ impl Inner {
                 "WITH target AS (SELECT 1 FROM {locks} WHERE lock_id = $1), \
                  clock AS (SELECT {now} AS ms), \
                  extended AS (UPDATE {locks} SET expires_at_ms = expires_at_ms + $2 FROM clock \
+                   WHERE lock_id = $1 AND expires_at_ms > clock.ms - $3 RETURNING expires_at_ms) \
+                 SELECT (SELECT expires_at_ms FROM extended) AS expires_at_ms, EXISTS (SELECT 1 FROM target) AS found"
+            )),
+            // As `extend`, setting the expiry to $2 (earlier or later than it is).
+            expire_at: statement(format!(
+                "WITH target AS (SELECT 1 FROM {locks} WHERE lock_id = $1), \
+                 clock AS (SELECT {now} AS ms), \
+                 extended AS (UPDATE {locks} SET expires_at_ms = $2 FROM clock \
                    WHERE lock_id = $1 AND expires_at_ms > clock.ms - $3 RETURNING expires_at_ms) \
                  SELECT (SELECT expires_at_ms FROM extended) AS expires_at_ms, EXISTS (SELECT 1 FROM target) AS found"
             )),

@@ -21,7 +21,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::batch_call::send;
-pub(crate) use super::batch_call::{Header, Op, Reply};
+pub(crate) use super::batch_call::{Header, NewExpiry, Op, Reply};
 use super::connection::Conn;
 use super::orphans::{Orphan, Orphans};
 use crate::LockError;

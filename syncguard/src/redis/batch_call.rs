@@ -28,14 +28,24 @@ pub(crate) enum Op {
         index_key: String,
         lock_id: LockId,
     },
-    /// `by`: `ttl_ms` is added to the current expiry (`extend_by`) instead of to now.
+    /// `extend`, `extend_by` and `expire_at`, as `expiry` says.
     Extend {
         lock_key: Option<String>,
         index_key: String,
         lock_id: LockId,
-        ttl_ms: u64,
-        by: bool,
+        expiry: NewExpiry,
     },
+}
+
+/// How an extend sets the lock's new expiry (milliseconds).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum NewExpiry {
+    /// The server's now + this ttl (`extend`).
+    FromNow(u64),
+    /// The current expiry + this (`extend_by`).
+    Added(u64),
+    /// This Unix time (`expire_at`).
+    At(u64),
 }
 
 impl Op {
@@ -52,13 +62,10 @@ impl Op {
         match self {
             Op::Acquire { holder, .. } => 5 + usize::from(holder.is_some()),
             Op::Release { .. } => 2,
-            Op::Extend { by, .. } => {
-                if *by {
-                    3
-                } else {
-                    4
-                }
-            }
+            Op::Extend { expiry, .. } => match expiry {
+                NewExpiry::FromNow(_) => 4,
+                NewExpiry::Added(_) | NewExpiry::At(_) => 3,
+            },
         }
     }
 
@@ -204,25 +211,25 @@ pub(super) async fn send(
             Op::Extend {
                 lock_key,
                 lock_id,
-                ttl_ms,
-                by: false,
+                expiry,
                 ..
             } => {
-                cmd.arg(if lock_key.is_some() { "e" } else { "E" })
-                    .arg(lock_id.as_str())
-                    .arg(*ttl_ms)
-                    .arg(ttl_ms + TIME_TOLERANCE_MS);
-            }
-            Op::Extend {
-                lock_key,
-                lock_id,
-                ttl_ms,
-                by: true,
-                ..
-            } => {
-                cmd.arg(if lock_key.is_some() { "b" } else { "B" })
-                    .arg(lock_id.as_str())
-                    .arg(*ttl_ms);
+                let known = lock_key.is_some();
+                match *expiry {
+                    NewExpiry::FromNow(ttl_ms) => cmd
+                        .arg(if known { "e" } else { "E" })
+                        .arg(lock_id.as_str())
+                        .arg(ttl_ms)
+                        .arg(ttl_ms + TIME_TOLERANCE_MS),
+                    NewExpiry::Added(by_ms) => cmd
+                        .arg(if known { "b" } else { "B" })
+                        .arg(lock_id.as_str())
+                        .arg(by_ms),
+                    NewExpiry::At(at_ms) => cmd
+                        .arg(if known { "t" } else { "T" })
+                        .arg(lock_id.as_str())
+                        .arg(at_ms),
+                };
             }
         }
     }

@@ -8,7 +8,7 @@ use ::redis::{Cmd, Value};
 use serde::{Deserialize, Deserializer};
 
 use super::RedisBackend;
-use super::batch;
+use super::batch::{self, NewExpiry};
 use super::connection::ConnError;
 use super::error::unexpected_reply;
 use super::scripts::{self, LuaScript};
@@ -17,7 +17,7 @@ use crate::backend::{
     NotHeldReason, ReleaseNotifier, ReleaseOutcome, TimeAuthority, check_holder,
 };
 use crate::key::normalize_key;
-use crate::time::{TIME_TOLERANCE_MS, is_live, ttl_millis};
+use crate::time::{TIME_TOLERANCE_MS, check_expiry, is_live, ttl_millis};
 use crate::{Fence, LockError, LockId};
 
 impl RedisBackend {
@@ -126,14 +126,13 @@ impl RedisBackend {
         }
     }
 
-    /// One extend: to now + `ttl`, or (`by`) to the current expiry + `ttl`.
+    /// One extend, to the expiry `expiry` says (its amount checked by the caller).
     async fn extend_once(
         &self,
         lock_id: &LockId,
-        ttl: Duration,
-        by: bool,
+        expiry: Result<NewExpiry, LockError>,
     ) -> Result<ExtendOutcome, LockError> {
-        let ttl_ms = ttl_millis(ttl)?;
+        let expiry = expiry?;
         let index_key = self.inner.layout.index_key(lock_id)?;
         let reply = self
             .inner
@@ -142,19 +141,19 @@ impl RedisBackend {
                 lock_key: self.inner.known.get(lock_id),
                 index_key,
                 lock_id: lock_id.clone(),
-                ttl_ms,
-                by,
+                expiry,
             })
             .await?;
-        let expires_at_ms = match &reply.value {
-            Value::Int(1) if !by => reply.now_ms + ttl_ms,
-            Value::Array(extended) if by => match extended.as_slice() {
-                [Value::Int(1), Value::Int(expires)] => {
-                    u64::try_from(*expires).map_err(|_| unexpected_reply("extend", &reply.value))?
+        let expires_at_ms = match (&reply.value, expiry) {
+            (Value::Int(1), NewExpiry::FromNow(ttl_ms)) => reply.now_ms + ttl_ms,
+            (Value::Array(extended), NewExpiry::Added(_) | NewExpiry::At(_)) => {
+                match extended.as_slice() {
+                    [Value::Int(1), Value::Int(expires)] => u64::try_from(*expires)
+                        .map_err(|_| unexpected_reply("extend", &reply.value))?,
+                    _ => return Err(unexpected_reply("extend", &reply.value)),
                 }
-                _ => return Err(unexpected_reply("extend", &reply.value)),
-            },
-            Value::Int(code) => {
+            }
+            (Value::Int(code), _) => {
                 let reason = not_held_reason(*code)
                     .ok_or_else(|| unexpected_reply("extend", &reply.value))?;
                 self.inner.known.extended(lock_id, None);
@@ -328,7 +327,7 @@ impl LockBackend for RedisBackend {
         lock_id: &'a LockId,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
-        Box::pin(self.extend_once(lock_id, ttl, false))
+        Box::pin(self.extend_once(lock_id, ttl_millis(ttl).map(NewExpiry::FromNow)))
     }
 
     fn extend_by<'a>(
@@ -336,7 +335,16 @@ impl LockBackend for RedisBackend {
         lock_id: &'a LockId,
         by: Duration,
     ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
-        Box::pin(self.extend_once(lock_id, by, true))
+        Box::pin(self.extend_once(lock_id, ttl_millis(by).map(NewExpiry::Added)))
+    }
+
+    fn expire_at<'a>(
+        &'a self,
+        lock_id: &'a LockId,
+        expires_at_ms: u64,
+    ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
+        let expiry = check_expiry(expires_at_ms).map(NewExpiry::At);
+        Box::pin(self.extend_once(lock_id, expiry))
     }
 
     fn is_locked<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {

@@ -437,6 +437,20 @@ impl<B: LockBackend, I: Instrument> LockBackend for Instrumented<B, I> {
         ))
     }
 
+    fn expire_at<'a>(
+        &'a self,
+        lock_id: &'a LockId,
+        expires_at_ms: u64,
+    ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
+        Box::pin(self.observe(
+            Operation::Extend,
+            None,
+            Some(lock_id),
+            self.inner.expire_at(lock_id, expires_at_ms),
+            classify_extend,
+        ))
+    }
+
     fn is_locked<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
         Box::pin(self.observe(
             Operation::IsLocked,

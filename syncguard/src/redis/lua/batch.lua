@@ -16,10 +16,12 @@
 --   'r' lockId                             KEYS: lock key, index key
 --   'e' lockId ttlMs pxMs                  KEYS: lock key, index key
 --   'b' lockId byMs                        KEYS: lock key, index key
+--   'T' lockId atMs                        KEYS: index key
+--   't' lockId atMs                        KEYS: lock key, index key
 -- The lower-case forms are for locks the caller took itself and whose lock key it knows: the
 -- index holds that same key (it is written with the lock), so they skip reading it.
 -- 'H' is acquire as a holder (re-entrant by holder), 'B'/'b' extend by an amount (added to the
--- current expiry instead of to now).
+-- current expiry instead of to now), 'T'/'t' set the expiry to a fixed time (earlier or later).
 -- pxMs (ttl + tolerance) comes as text: handing Redis a Lua number costs a float formatting.
 -- Returns the server time (ms) of the batch, then one reply per operation:
 --   acquire the fence (15 digits) when acquired, expiring at time + ttl; when contended, the
@@ -31,6 +33,8 @@
 --           refused during the hold), so that the caller wakes its own waiters of the key
 --   extend  1 when extended to time + ttl; 0, -1, -2 as release
 --   extend by {1, new expiresAtMs} when extended; 0, -1, -2 as release
+--   expire at {1, atMs} when set (at or below the dead line: the lock is expired, its keys
+--           gone a millisecond later); 0, -1, -2 as release
 --   or {-100, 'CODE message'} when that operation hit data it cannot use (WRONGTYPE, BADDATA);
 --   it took, extended or released nothing, and the other operations are unaffected.
 -- (The reference's scripts return {1, fence, expiresAtMs} and {1, expiresAtMs}: the same
@@ -302,6 +306,22 @@ local function extendBy(knownKey, indexKey, lockId, by)
   return {1, expires}
 end
 
+local function expireAt(knownKey, indexKey, lockId, at)
+  local lockKey, current, first, after = find(knownKey, indexKey, lockId)
+  if not lockKey then
+    return current -- the reply
+  end
+  -- Set on the live lock (find refused an expired one), earlier or later; every other byte
+  -- stays. Its keys outlive it by the tolerance, as the predicate counts it live: a time
+  -- already past leaves the lock expired, its keys gone in a millisecond.
+  local expires = tonumber(at)
+  local px = string.format('%d', math.max(expires - dead, 1))
+  redis.call('SET', lockKey, string.sub(current, 1, first - 1) .. string.format('%d', expires)
+    .. string.sub(current, after), 'PX', px)
+  redis.call('SET', indexKey, lockKey, 'PX', px)
+  return {1, expires}
+end
+
 -- Runs one operation; an error (a wrong type under one of its keys) becomes its reply alone.
 -- The commands that can fail (on a wrong type) come before the lock writes, so a failed
 -- operation took, extended or released nothing (at most an acquire dropped the stale index of
@@ -358,6 +378,12 @@ local function batch(KEYS, ARGV)
       k, a = k + 2, a + 3
     elseif op == 'B' then
       replies[n] = run(extendBy, nil, KEYS[k], ARGV[a + 1], ARGV[a + 2])
+      k, a = k + 1, a + 3
+    elseif op == 't' then
+      replies[n] = run(expireAt, KEYS[k], KEYS[k + 1], ARGV[a + 1], ARGV[a + 2])
+      k, a = k + 2, a + 3
+    elseif op == 'T' then
+      replies[n] = run(expireAt, nil, KEYS[k], ARGV[a + 1], ARGV[a + 2])
       k, a = k + 1, a + 3
     else
       return redis.error_reply('ERR syncguard batch: unknown operation ' .. tostring(op))
