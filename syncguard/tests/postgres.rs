@@ -1237,6 +1237,29 @@ async fn wait_for_the_plain_acquire(pool: &PgPool, schema: &str) {
     }
 }
 
+/// Until no plain acquire statement of a backend on `schema` is running.
+async fn wait_until_the_plain_acquire_ended(pool: &PgPool, schema: &str) {
+    let running = format!("%\"{schema}\"%pg_try_advisory_xact_lock%");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let active: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE $1",
+        )
+        .bind(&running)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        if active == 0 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the plain acquire statement never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// A free key taken by another writer between the snapshot of the plain statement for free
 /// keys and its insert: the insert fails on the key's unique index, nothing of it stays (the
 /// fence counter is as the last lock left it), and the acquire function answers: refused.
@@ -1313,6 +1336,9 @@ async fn a_plain_acquire_past_its_timeout_leaves_nothing_held() {
     assert_eq!(error.code(), ErrorCode::NetworkTimeout, "{error}");
     assert!(took < Duration::from_secs(5), "returned after {took:?}");
     writer.rollback().await.unwrap();
+    // The held statement goes on now, and takes the lock for nobody: once it has (and only
+    // then can the test tell a release from a statement yet to land), it must be released.
+    wait_until_the_plain_acquire_ended(&pool, &schema).await;
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     while backend.is_locked(&key).await.unwrap() {

@@ -446,3 +446,102 @@ async fn a_min_hold_release_landing_late_keeps_nothing_past_min_hold() {
     )
     .await;
 }
+
+/// Ways a DBA might alter the tables the schema owns. After each, an acquire (the plain
+/// statement of a free key, and the acquire function, which `acquire_as` calls) either
+/// succeeds with what it stored, or fails and leaves no live lock behind.
+const ALTERATIONS: &[&str] = &[
+    "ALTER TABLE {locks} ALTER COLUMN expires_at_ms TYPE NUMERIC",
+    "ALTER TABLE {locks} ALTER COLUMN expires_at_ms TYPE DOUBLE PRECISION",
+    "ALTER TABLE {locks} ALTER COLUMN expires_at_ms TYPE INTEGER",
+    "ALTER TABLE {locks} ALTER COLUMN acquired_at_ms TYPE NUMERIC",
+    "ALTER TABLE {locks} ALTER COLUMN fence TYPE VARCHAR(20)",
+    "ALTER TABLE {locks} ADD CONSTRAINT short_ids CHECK (length(lock_id) < 10)",
+    "ALTER TABLE {locks} ADD COLUMN team TEXT NOT NULL",
+    "ALTER TABLE {fences} ALTER COLUMN fence TYPE NUMERIC",
+    "ALTER TABLE {fences} ALTER COLUMN key_debug TYPE VARCHAR(3)",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_acquire_stores_nothing_whatever_the_tables_were_altered_to() {
+    let pool = PostgresBackend::pool_options()
+        .max_connections(2)
+        .connect(&postgres_url())
+        .await
+        .expect("connect to the test PostgreSQL");
+    for (n, alteration) in ALTERATIONS.iter().enumerate() {
+        let schema = format!("altered_{n}_{}", std::process::id());
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE"
+        )))
+        .execute(&pool)
+        .await
+        .unwrap();
+        let config = PostgresConfig::new().with_schema(&schema);
+        setup_schema(&pool, &config).await.expect("setup_schema");
+        let locks = format!("{schema}.syncguard_locks");
+        let fences = format!("{schema}.syncguard_fence_counters");
+        let sql = alteration
+            .replace("{locks}", &locks)
+            .replace("{fences}", &fences);
+        sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+            .execute(&pool)
+            .await
+            .unwrap_or_else(|error| panic!("{sql}: {error}"));
+        let backend = PostgresBackend::new(pool.clone(), config).unwrap();
+
+        for holder in [None, Some("dba-test")] {
+            let key = key("altered");
+            let outcome = match holder {
+                None => backend.acquire(&key, Duration::from_secs(30)).await,
+                Some(holder) => {
+                    backend
+                        .acquire_as(&key, Duration::from_secs(30), holder)
+                        .await
+                }
+            };
+            let storage_key = make_storage_key("", &key, STORAGE_KEY_LIMIT_BYTES, 0).unwrap();
+            let rows: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                "SELECT count(*) FROM {locks} WHERE key = $1"
+            )))
+            .bind(&storage_key)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            match outcome {
+                Err(error) => {
+                    assert_eq!(
+                        rows, 0,
+                        "{sql} ({holder:?}): failed ({error}) but stored a lock"
+                    );
+                }
+                Ok(outcome) => {
+                    let lease = outcome
+                        .lease()
+                        .unwrap_or_else(|| panic!("{sql} ({holder:?}): a free key is contended"));
+                    assert_eq!(rows, 1, "{sql} ({holder:?})");
+                    let stored: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                        "SELECT expires_at_ms::TEXT FROM {locks} WHERE key = $1"
+                    )))
+                    .bind(&storage_key)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+                    assert_eq!(
+                        stored.parse::<f64>().unwrap(),
+                        lease.expires_at_ms as f64,
+                        "{sql} ({holder:?}): the lease is what was stored"
+                    );
+                    assert!(
+                        backend.release(&lease.lock_id).await.unwrap().is_released(),
+                        "{sql} ({holder:?})"
+                    );
+                }
+            }
+        }
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+}

@@ -137,29 +137,11 @@ impl PostgresBackend {
             // A retry found another holder: the first run may still land, so the acquire stays
             // in doubt (released in the background when `in_doubt` drops).
             Ok(Acquired::HeldByAnother(refusal)) => holder_expiry(&refusal),
-            Ok(Acquired::Row(row)) => {
-                in_doubt.settle();
-                if row.try_get::<bool, _>(0).map_err(decode_error)? {
-                    // This call's lock id, or the re-entered lock's.
-                    let held: String = row.try_get(3).map_err(decode_error)?;
-                    Ok(AcquireOutcome::Acquired(Lease::new(
-                        parse_lock_id(&held)?,
-                        millis(&row, 1)?,
-                        Fence::new(millis(&row, 2)?)?,
-                    )))
-                } else {
-                    holder_expiry(&row)
-                }
-            }
-            Ok(Acquired::OwnLock(row)) => {
-                in_doubt.settle();
-                let fence: String = row.try_get(4).map_err(decode_error)?;
-                Ok(AcquireOutcome::Acquired(Lease::new(
-                    lock_id,
-                    millis(&row, 2)?,
-                    fence.parse()?,
-                )))
-            }
+            // Settled only once the row is read: a lock whose row cannot be read is in doubt,
+            // and released in the background (the statements cast every column, so that a
+            // table altered by hand fails the statement instead).
+            Ok(Acquired::Row(row)) => settled(in_doubt, read_row(&row)),
+            Ok(Acquired::OwnLock(row)) => settled(in_doubt, read_own_lock(lock_id, &row)),
             Err(error) => {
                 in_doubt.settle_if_certain(&error);
                 Err(error)
@@ -172,6 +154,41 @@ impl PostgresBackend {
         }
         outcome
     }
+}
+
+/// The outcome an acquire statement's row says: taken (this call's lock id, or the re-entered
+/// lock's), or contended.
+fn read_row(row: &PgRow) -> Result<AcquireOutcome, LockError> {
+    if !row.try_get::<bool, _>(0).map_err(decode_error)? {
+        return holder_expiry(row);
+    }
+    let held: String = row.try_get(3).map_err(decode_error)?;
+    Ok(AcquireOutcome::Acquired(Lease::new(
+        parse_lock_id(&held)?,
+        millis(row, 1)?,
+        Fence::new(millis(row, 2)?)?,
+    )))
+}
+
+/// The lock a retried plain acquire found its first run took (a lookup row).
+fn read_own_lock(lock_id: LockId, row: &PgRow) -> Result<AcquireOutcome, LockError> {
+    let fence: String = row.try_get(4).map_err(decode_error)?;
+    Ok(AcquireOutcome::Acquired(Lease::new(
+        lock_id,
+        millis(row, 2)?,
+        fence.parse()?,
+    )))
+}
+
+/// `outcome`, with the acquire no longer in doubt if it was read.
+fn settled(
+    in_doubt: AcquireInDoubt,
+    outcome: Result<AcquireOutcome, LockError>,
+) -> Result<AcquireOutcome, LockError> {
+    if outcome.is_ok() {
+        in_doubt.settle();
+    }
+    outcome
 }
 
 fn is_unique_violation(error: &sqlx::Error) -> bool {

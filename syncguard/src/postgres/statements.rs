@@ -75,10 +75,16 @@ impl Inner {
         };
         let lookup = |column: &str| {
             statement(format!(
-                "SELECT user_key, lock_id, expires_at_ms, acquired_at_ms, fence, holder FROM {locks} \
+                "SELECT user_key::TEXT AS user_key, lock_id::TEXT AS lock_id, \
+                 expires_at_ms::BIGINT AS expires_at_ms, acquired_at_ms::BIGINT AS acquired_at_ms, \
+                 fence::TEXT AS fence, holder::TEXT AS holder FROM {locks} \
                  WHERE {column} = $1 AND expires_at_ms > {now} - $2"
             ))
         };
+        // Every column a statement answers with is cast to the type this backend reads: a
+        // column a DBA altered (to NUMERIC, say) is converted inside the statement, or fails it
+        // (rolled back, nothing stored), and never fails the decoding of a row whose write has
+        // committed.
         Ok(Self {
             // A key without a row, the common case, taken by one plain statement, which costs
             // the server far less than the acquire function. It inserts only while no row of
@@ -104,7 +110,7 @@ impl Inner {
                  INSERT INTO {locks} AS l (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key, holder, contended) \
                  SELECT $1, $4, clock.ms + $5, clock.ms, lpad(fence.fence::TEXT, 15, '0'), $2, $7, FALSE \
                  FROM fence, clock \
-                 RETURNING TRUE AS acquired, l.expires_at_ms, l.fence::BIGINT AS fence, l.lock_id"
+                 RETURNING TRUE AS acquired, l.expires_at_ms::BIGINT AS expires_at_ms, l.fence::BIGINT AS fence, l.lock_id::TEXT AS lock_id"
             )),
             // With a holder ($8, NULL for none) it also re-enters that holder's live lock, and
             // answers with the lock id held (the re-entered one).
@@ -121,7 +127,7 @@ impl Inner {
             // not NULL; it runs only for the row deleted).
             release: statement(format!(
                 "DELETE FROM {locks} AS l WHERE l.lock_id = $1 AND l.expires_at_ms > {now} - $2 \
-                 RETURNING l.user_key{announced}"
+                 RETURNING l.user_key::TEXT AS user_key{announced}"
             )),
             lock_id_stored: statement(format!(
                 "SELECT EXISTS (SELECT 1 FROM {locks} WHERE lock_id = $1)"
@@ -130,7 +136,7 @@ impl Inner {
                 "WITH target AS (SELECT 1 FROM {locks} WHERE lock_id = $1), \
                  clock AS (SELECT {now} AS ms), \
                  extended AS (UPDATE {locks} SET expires_at_ms = clock.ms + $2 FROM clock \
-                   WHERE lock_id = $1 AND expires_at_ms > clock.ms - $3 RETURNING expires_at_ms) \
+                   WHERE lock_id = $1 AND expires_at_ms > clock.ms - $3 RETURNING expires_at_ms::BIGINT AS expires_at_ms) \
                  SELECT (SELECT expires_at_ms FROM extended) AS expires_at_ms, EXISTS (SELECT 1 FROM target) AS found"
             )),
             // As `extend`, adding $2 to the stored expiry instead of to the clock.
@@ -138,7 +144,7 @@ impl Inner {
                 "WITH target AS (SELECT 1 FROM {locks} WHERE lock_id = $1), \
                  clock AS (SELECT {now} AS ms), \
                  extended AS (UPDATE {locks} SET expires_at_ms = expires_at_ms + $2 FROM clock \
-                   WHERE lock_id = $1 AND expires_at_ms > clock.ms - $3 RETURNING expires_at_ms) \
+                   WHERE lock_id = $1 AND expires_at_ms > clock.ms - $3 RETURNING expires_at_ms::BIGINT AS expires_at_ms) \
                  SELECT (SELECT expires_at_ms FROM extended) AS expires_at_ms, EXISTS (SELECT 1 FROM target) AS found"
             )),
             // As `extend`, setting the expiry to $2 (earlier or later than it is).
@@ -146,7 +152,7 @@ impl Inner {
                 "WITH target AS (SELECT 1 FROM {locks} WHERE lock_id = $1), \
                  clock AS (SELECT {now} AS ms), \
                  extended AS (UPDATE {locks} SET expires_at_ms = $2 FROM clock \
-                   WHERE lock_id = $1 AND expires_at_ms > clock.ms - $3 RETURNING expires_at_ms) \
+                   WHERE lock_id = $1 AND expires_at_ms > clock.ms - $3 RETURNING expires_at_ms::BIGINT AS expires_at_ms) \
                  SELECT (SELECT expires_at_ms FROM extended) AS expires_at_ms, EXISTS (SELECT 1 FROM target) AS found"
             )),
             is_locked: statement(format!(
