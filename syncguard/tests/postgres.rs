@@ -1543,17 +1543,12 @@ async fn four_holders_of_eight_tasks_never_hold_one_key_together() {
     );
 }
 
-/// An `acquire_as` that times out while its statement waits on the key still takes the lock
-/// when the statement lands; its holder's next `acquire_as` re-enters that lock and is told it
-/// holds it. Nothing releases it in the background (as it would a plain acquire in doubt):
-/// the holder keeps it.
-#[tokio::test]
-async fn a_lost_acquire_as_is_left_to_its_holder() {
-    let operation_timeout = Duration::from_millis(300);
-    let backend =
-        backend_with(PostgresConfig::new().with_operation_timeout(operation_timeout)).await;
-    let key = conformance::unique_key("lost-acquire-as");
-    let storage_key = make_storage_key("", &key, 1700, 0).unwrap();
+/// An `acquire_as` for `holder` that times out while its statement waits on the key; the
+/// statement lands (takes the lock) once the call's first background release has had time to
+/// find nothing. Returns when it has landed: the key's fence counter moved.
+async fn lose_an_acquire_as(backend: &PostgresBackend, key: &str, holder: &str) {
+    let storage_key = make_storage_key("", key, 1700, 0).unwrap();
+    let fence_key = make_fence_key("", &storage_key, 1700, 0).unwrap();
     let mut blocker = PgConnection::connect(&postgres_url()).await.unwrap();
     let mut tx = blocker.begin().await.unwrap();
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
@@ -1562,42 +1557,95 @@ async fn a_lost_acquire_as_is_left_to_its_holder() {
         .await
         .unwrap();
     let error = backend
-        .acquire_as(&key, Duration::from_secs(30), "client-a")
+        .acquire_as(key, Duration::from_secs(30), holder)
         .await
         .unwrap_err();
     assert_eq!(error.code(), ErrorCode::NetworkTimeout, "{error}");
+    tokio::time::sleep(Duration::from_millis(250)).await;
     tx.rollback().await.unwrap();
 
-    // The lost statement lands and takes the lock.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    let landed = loop {
-        if let Some(raw) = syncguard::get_by_key_raw(&backend, &key).await.unwrap() {
-            break raw;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let fence: Option<i64> =
+            sqlx::query_scalar("SELECT fence FROM syncguard_fence_counters WHERE fence_key = $1")
+                .bind(&fence_key)
+                .fetch_optional(backend.pool())
+                .await
+                .unwrap();
+        if fence.is_some() {
+            return;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
             "the lost statement never landed"
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    assert_eq!(landed.holder.as_deref(), Some("client-a"));
-    let lease = backend
-        .acquire_as(&key, Duration::from_secs(30), "client-a")
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A lost `acquire_as` whose holder's next `acquire_as` re-enters the lock it took (and is told
+/// it holds it): the background releases of the lost call leave that lock to its holder.
+#[tokio::test]
+async fn a_lost_acquire_as_reentered_is_left_to_its_holder() {
+    let operation_timeout = Duration::from_millis(300);
+    let backend =
+        backend_with(PostgresConfig::new().with_operation_timeout(operation_timeout)).await;
+    // The re-entry races the lost call's releases (the first may land after the statement):
+    // tried until it re-entered the lock the lost call took.
+    for _ in 0..5 {
+        let key = conformance::unique_key("lost-acquire-as");
+        lose_an_acquire_as(&backend, &key, "client-a").await;
+        let Some(landed) = syncguard::get_by_key_raw(&backend, &key).await.unwrap() else {
+            continue; // released before the re-entry: nothing to hand over
+        };
+        let lease = backend
+            .acquire_as(&key, Duration::from_secs(30), "client-a")
+            .await
+            .unwrap()
+            .lease()
+            .expect("re-entered or taken");
+        if lease.lock_id != landed.lock_id {
+            assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+            continue;
+        }
+        // Longer than the background releases take (three, `2 × operation timeout` apart).
+        tokio::time::sleep(operation_timeout * 2 * 3 + Duration::from_millis(500)).await;
+        let raw = syncguard::get_by_key_raw(&backend, &key)
+            .await
+            .unwrap()
+            .expect("still held by its holder");
+        assert_eq!(raw.lock_id, lease.lock_id);
+        assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+        return;
+    }
+    panic!("the re-entry never came before the lost call's releases");
+}
+
+/// A lost `acquire_as` that nobody re-entered is released in the background, as a plain
+/// acquire in doubt is: its key is free long before the lock's 30 s ttl.
+#[tokio::test]
+async fn a_lost_acquire_as_nobody_reentered_is_released() {
+    let operation_timeout = Duration::from_millis(300);
+    let backend =
+        backend_with(PostgresConfig::new().with_operation_timeout(operation_timeout)).await;
+    let key = conformance::unique_key("lost-acquire-as-orphan");
+    lose_an_acquire_as(&backend, &key, "client-a").await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while backend.is_locked(&key).await.unwrap() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the lock of the lost acquire_as was never released"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let other = backend
+        .acquire_as(&key, Duration::from_secs(30), "client-b")
         .await
         .unwrap()
         .lease()
-        .expect("re-entered");
-    assert_eq!(lease.lock_id, landed.lock_id);
-
-    // Longer than a plain acquire's background releases take (three, `2 × operation timeout`
-    // apart).
-    tokio::time::sleep(operation_timeout * 2 * 3 + Duration::from_millis(500)).await;
-    let raw = syncguard::get_by_key_raw(&backend, &key)
-        .await
-        .unwrap()
-        .expect("still held by its holder");
-    assert_eq!(raw.lock_id, lease.lock_id);
-    assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+        .expect("another holder takes the freed key");
+    assert_eq!(other.fence.get(), 2, "the lost call took fence 1");
+    assert!(backend.release(&other.lock_id).await.unwrap().is_released());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -31,6 +31,17 @@ fn server_addr() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_that_timed_out_and_was_applied_later_is_released() {
+    a_lost_acquire_is_released(None).await;
+}
+
+/// The same for an acquire as a holder that nobody re-entered (its release would leave the
+/// lock to a re-entry of its holder, see `holders::an_orphan_release_leaves_a_reentered_lock`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_as_that_timed_out_and_was_applied_later_is_released() {
+    a_lost_acquire_is_released(Some("client-a")).await;
+}
+
+async fn a_lost_acquire_is_released(holder: Option<&str>) {
     for mode in [
         ConnectionMode::Multiplexed,
         ConnectionMode::Pool { max_size: 4 },
@@ -48,10 +59,12 @@ async fn an_acquire_that_timed_out_and_was_applied_later_is_released() {
         assert!(!backend.is_locked(&key).await.unwrap());
 
         proxy.stall();
-        let error = backend
-            .acquire(&key, Duration::from_secs(60))
-            .await
-            .unwrap_err();
+        let ttl = Duration::from_secs(60);
+        let error = match holder {
+            None => backend.acquire(&key, ttl).await,
+            Some(holder) => backend.acquire_as(&key, ttl, holder).await,
+        }
+        .unwrap_err();
         assert_eq!(error.code(), ErrorCode::NetworkTimeout, "{mode:?}: {error}");
         // Redis gets the held request now, and applies it: the lock is taken, for nobody.
         proxy.resume();

@@ -16,13 +16,14 @@
 //!   holder) and answers with that lock's id and fence: the caller gets the lock its holder
 //!   holds, whichever run took it, and no lookup by lock id is needed. The retry is contended
 //!   only when another holder's lock is live now, and then no lock of this holder is.
-//! - **In doubt** (timed out, connection failed mid-statement, caller gone): never released
-//!   in the background. A later `acquire_as` of the same holder, in this process or in another
-//!   one sharing the tables, re-enters a lock the lost call took and is told it holds it, under
-//!   that lock's id: releasing the id would take the lock from under that caller. And a lost
-//!   re-entry's lock is one its holder held before the call. Such a lock is no orphan either:
-//!   it is stored with its holder, whose next `acquire_as` (a client retrying after the error)
-//!   re-enters it, and otherwise it expires at its ttl, as the lock of a crashed holder does.
+//! - **In doubt** (timed out, connection failed mid-statement, caller gone): the lock id the
+//!   call generated is stored only if the call took a fresh lock. Released in the background
+//!   (`in_doubt.rs`) by that id, but only while the lock is not marked re-entered: a later
+//!   `acquire_as` of the same holder, in this process or in another one sharing the tables,
+//!   re-enters such a lock, marks it (`reentered`) and is told it holds it, under that lock id;
+//!   releasing it then would take the lock from under that caller. A lost re-entry leaves no
+//!   lock of that id (the lock re-entered keeps its own), so nothing is released: that lock is
+//!   one its holder held before the call.
 
 use std::time::Duration;
 
@@ -66,11 +67,7 @@ impl PostgresBackend {
             &self.inner.acquire,
             &self.inner.lookup_by_id,
         );
-        let in_doubt = match holder {
-            None => AcquireInDoubt::new(self, &lock_id, ttl),
-            // Its lock id may be another caller's by now (see the module docs).
-            Some(_) => AcquireInDoubt::never_released(),
-        };
+        let in_doubt = AcquireInDoubt::new(self, &lock_id, ttl, holder.is_some());
         let outcome = self
             .session
             .run(|conn, attempt| {

@@ -1,9 +1,9 @@
 //! Acquires whose outcome is unknown: one that timed out, whose connection failed, or whose
 //! caller dropped it mid-statement may have taken the lock, or may still take it when a
 //! statement held up in the network arrives. Nobody would hold that lock until its ttl ran
-//! out. Its lock id is unique to that attempt, so releasing it is safe whatever happened.
-//! (Not so for an acquire with a holder, whose lock id another call may have learnt: those are
-//! never released here, see `acquire.rs`.)
+//! out. Its lock id is unique to that attempt, so releasing it is safe whatever happened. An
+//! acquire with a holder is released only while its lock is not marked re-entered: a re-entry
+//! hands the lock id to another caller, whose lock it then is (see `acquire.rs`).
 
 use std::time::Duration;
 
@@ -29,22 +29,27 @@ struct Pending {
     backend: PostgresBackend,
     lock_id: LockId,
     ttl: Duration,
+    /// An acquire with a holder: its lock is released only while nobody re-entered it.
+    holder: bool,
 }
 
 impl AcquireInDoubt {
-    pub(super) fn new(backend: &PostgresBackend, lock_id: &LockId, ttl: Duration) -> Self {
+    /// `holder`: an acquire with a holder, whose lock a re-entry may have handed to another
+    /// caller since (see `acquire.rs`).
+    pub(super) fn new(
+        backend: &PostgresBackend,
+        lock_id: &LockId,
+        ttl: Duration,
+        holder: bool,
+    ) -> Self {
         Self {
             pending: Some(Pending {
                 backend: backend.clone(),
                 lock_id: lock_id.clone(),
                 ttl,
+                holder,
             }),
         }
-    }
-
-    /// An acquire whose lock is never released in doubt, whatever happens to it.
-    pub(super) fn never_released() -> Self {
-        Self { pending: None }
     }
 
     /// The outcome is known: the lock was taken (and handed to the caller) or certainly not.
@@ -76,6 +81,7 @@ impl Drop for AcquireInDoubt {
             backend,
             lock_id,
             ttl,
+            holder,
         }) = self.pending.take()
         else {
             return;
@@ -83,17 +89,23 @@ impl Drop for AcquireInDoubt {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        runtime.spawn(release_in_doubt(backend, lock_id, ttl));
+        runtime.spawn(release_in_doubt(backend, lock_id, ttl, holder));
     }
 }
 
-async fn release_in_doubt(backend: PostgresBackend, lock_id: LockId, ttl: Duration) {
+async fn release_in_doubt(backend: PostgresBackend, lock_id: LockId, ttl: Duration, holder: bool) {
+    let statements = backend.inner.clone();
+    let release = if holder {
+        &statements.release_orphan
+    } else {
+        &statements.release
+    };
     // Past the lock's ttl and tolerance, it is gone anyway.
     let gone = Instant::now() + ttl + Duration::from_millis(TIME_TOLERANCE_MS);
     // Long enough for a statement still in flight to have landed.
     let pause = backend.config().operation_timeout() * 2;
     for _ in 0..RELEASES {
-        if let Ok(ReleaseOutcome::Released) = backend.release_impl(&lock_id).await {
+        if let Ok(ReleaseOutcome::Released) = backend.release_with(release, &lock_id).await {
             tracing::debug!("syncguard: released a PostgreSQL lock whose acquire was in doubt");
             return;
         }

@@ -18,7 +18,16 @@ use crate::{LockError, LockId};
 
 impl PostgresBackend {
     pub(super) async fn release_impl(&self, lock_id: &LockId) -> Result<ReleaseOutcome, LockError> {
-        let (release, lock_id_stored) = (&self.inner.release, &self.inner.lock_id_stored);
+        self.release_with(&self.inner.release, lock_id).await
+    }
+
+    /// Runs `release`, the release statement or the orphan one, on the lock of `lock_id`.
+    pub(super) async fn release_with(
+        &self,
+        release: &SqlStr,
+        lock_id: &LockId,
+    ) -> Result<ReleaseOutcome, LockError> {
+        let lock_id_stored = &self.inner.lock_id_stored;
         let released = self
             .session
             .run(|conn, _| {

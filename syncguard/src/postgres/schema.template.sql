@@ -10,8 +10,10 @@ CREATE TABLE IF NOT EXISTS {locks} (
   fence TEXT NOT NULL,           -- 15-digit zero-padded
   user_key TEXT NOT NULL,        -- the NFC-normalized user key
   holder TEXT,                   -- who took it (LockBackend::acquire_as); NULL when nobody said
-  contended BOOLEAN              -- an acquire was refused during this hold: its release announces
+  contended BOOLEAN,             -- an acquire was refused during this hold: its release announces
                                  -- itself; FALSE: nobody was; NULL: not known (announced)
+  reentered BOOLEAN              -- TRUE once an acquire with its holder re-entered it (its lock id
+                                 -- was handed to a caller other than the one that took it)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS {idx_lock_id} ON {locks} (lock_id);
 CREATE INDEX IF NOT EXISTS {idx_expires} ON {locks} (expires_at_ms);
@@ -41,6 +43,16 @@ BEGIN
 END
 $syncguard$;
 
+-- The reentered column, added likewise. Existing rows read NULL: never re-entered since.
+DO $syncguard$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                 WHERE attrelid = '{locks}'::regclass AND attname = 'reentered' AND NOT attisdropped) THEN
+    ALTER TABLE {locks} ADD COLUMN IF NOT EXISTS reentered BOOLEAN;
+  END IF;
+END
+$syncguard$;
+
 -- A holder belongs to the lock it was stored with. A writer that gives the row another lock id
 -- without naming the holder (the TypeScript reference's upsert over an expired lock, or an
 -- older syncguard's) would otherwise hand the new lock the previous holder, who could then
@@ -52,6 +64,7 @@ LANGUAGE plpgsql AS $syncguard$
 BEGIN
   NEW.holder := NULL;
   NEW.contended := NULL;
+  NEW.reentered := NULL;
   RETURN NEW;
 END
 $syncguard$;
@@ -78,7 +91,8 @@ CREATE TABLE IF NOT EXISTS {fences} (
 -- liveness check, fence increment, lock upsert) as one server-side call. The advisory lock is
 -- the reference's, so acquires by TypeScript services serialize with these. With a holder
 -- (p_holder, NULL for none), a live lock stored with the same holder is re-entered: a fresh
--- lease (expires now + ttl, acquired now), the same lock id, fence and contended mark. A new
+-- lease (expires now + ttl, acquired now), the same lock id, fence and contended mark, and
+-- marked re-entered (an acquire whose caller never learnt its outcome then leaves it be). A new
 -- lock is not contended. Returns the lock id held: the new one, or the re-entered one;
 -- refused, it returns FALSE with the live holder's expires_at_ms (the waiter tries again when
 -- that lease ends), and marks the lock contended, so that its release wakes the waiters (the
@@ -112,7 +126,8 @@ BEGIN
   v_stored := FOUND;
   IF v_stored AND v_current.expires_at_ms > v_now - p_tolerance_ms THEN
     IF p_holder IS NOT NULL AND v_current.holder = p_holder THEN
-      UPDATE {locks} AS l SET expires_at_ms = v_now + p_ttl_ms, acquired_at_ms = v_now
+      UPDATE {locks} AS l SET expires_at_ms = v_now + p_ttl_ms, acquired_at_ms = v_now,
+        reentered = TRUE
         WHERE l.key = p_key;
       RETURN QUERY SELECT TRUE, v_now + p_ttl_ms, v_current.fence::BIGINT, v_current.lock_id;
       RETURN;

@@ -27,6 +27,7 @@ pub(super) struct Inner {
     pub(super) extend: SqlStr,
     pub(super) extend_by: SqlStr,
     pub(super) expire_at: SqlStr,
+    pub(super) release_orphan: SqlStr,
     pub(super) is_locked: SqlStr,
     pub(super) lookup_by_key: SqlStr,
     pub(super) lookup_by_id: SqlStr,
@@ -128,6 +129,12 @@ impl Inner {
             release: statement(format!(
                 "DELETE FROM {locks} AS l WHERE l.lock_id = $1 AND l.expires_at_ms > {now} - $2 \
                  RETURNING l.user_key::TEXT AS user_key{announced}"
+            )),
+            // As `release`, for a lock an acquire with a holder may have taken for a caller
+            // that never learnt it: not once a re-entry handed its lock id to another caller.
+            release_orphan: statement(format!(
+                "DELETE FROM {locks} AS l WHERE l.lock_id = $1 AND l.expires_at_ms > {now} - $2 \
+                 AND l.reentered IS NOT TRUE RETURNING l.user_key::TEXT AS user_key{announced}"
             )),
             lock_id_stored: statement(format!(
                 "SELECT EXISTS (SELECT 1 FROM {locks} WHERE lock_id = $1)"

@@ -23,10 +23,13 @@ pub(crate) enum Op {
         holder: Option<String>,
     },
     /// `lock_key` when the caller knows it (it took the lock): the index is not read.
+    /// `orphan`: the lock of an acquire as a holder whose caller never learnt it, released
+    /// only while no re-entry handed its lock id to another caller (by its index only).
     Release {
         lock_key: Option<String>,
         index_key: String,
         lock_id: LockId,
+        orphan: bool,
     },
     /// `extend`, `extend_by` and `expire_at`, as `expiry` says.
     Extend {
@@ -203,10 +206,17 @@ pub(super) async fn send(
                 }
             }
             Op::Release {
-                lock_key, lock_id, ..
+                lock_key,
+                lock_id,
+                orphan,
+                ..
             } => {
-                cmd.arg(if lock_key.is_some() { "r" } else { "R" })
-                    .arg(lock_id.as_str());
+                let op = match (orphan, lock_key.is_some()) {
+                    (true, _) => "O",
+                    (false, true) => "r",
+                    (false, false) => "R",
+                };
+                cmd.arg(op).arg(lock_id.as_str());
             }
             Op::Extend {
                 lock_key,

@@ -12,10 +12,10 @@
 //! is safe whatever happened. The set is bounded, and nothing is kept past the lock's ttl
 //! (plus the tolerance), when it would be gone anyway.
 //!
-//! An acquire as a holder (`acquire_as`) is never released here: its lock id is handed to
-//! every call of the same holder that re-enters the lock, so a late release could drop a lock
-//! another call was just given. Such a lock stays with its holder until its ttl, and the
-//! holder's next `acquire_as` re-enters it.
+//! An acquire as a holder (`acquire_as`) is released here only while its lock is not marked
+//! re-entered: a re-entry hands the lock id to another call of the same holder, whose lock it
+//! then is. (A lost re-entry leaves no lock under the attempt's own id: the lock it re-entered
+//! keeps its id, and was its holder's before the call.)
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -53,7 +53,7 @@ pub(super) struct Orphan {
 
 impl Orphan {
     /// The release of `op`, an acquire sent at `sent` that Redis applied for a caller that
-    /// is gone; `None` for any other operation, and for an acquire as a holder.
+    /// is gone; `None` for any other operation.
     pub(super) fn taken(op: &Op, sent: Instant) -> Option<Self> {
         Self::of(op, sent, 0)
     }
@@ -68,7 +68,7 @@ impl Orphan {
             index_key,
             lock_id,
             ttl_ms,
-            holder: None,
+            holder,
             ..
         } = op
         else {
@@ -79,6 +79,7 @@ impl Orphan {
                 lock_key: None,
                 index_key: index_key.clone(),
                 lock_id: lock_id.clone(),
+                orphan: holder.is_some(),
             },
             until: sent + Duration::from_millis(ttl_ms.saturating_add(TIME_TOLERANCE_MS)),
             resends,

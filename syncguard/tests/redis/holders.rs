@@ -113,7 +113,14 @@ async fn the_json_holds_the_holder_only_when_given() {
         );
         assert_eq!(reacquired_at + 60_000, again.expires_at_ms);
         let reference = cjson_record(&mut conn, &again, reacquired_at, &key, Some(TRICKY)).await;
-        assert_eq!(json, reference, "re-entry writes the same layout");
+        let reference = format!(
+            "{},\"reentered\":true}}",
+            reference.strip_suffix('}').unwrap()
+        );
+        assert_eq!(
+            json, reference,
+            "re-entry writes the same layout, marked re-entered"
+        );
         for redis_key in [&lock_key, &index_key] {
             let left = pttl(&mut conn, redis_key).await;
             assert!(
@@ -458,4 +465,70 @@ async fn batched_acquire_as_keeps_exclusivity() {
             );
         }
     }
+}
+
+/// The release of an acquire as a holder whose caller never learnt its outcome (the batch's
+/// `O` operation, which the backend sends for such an acquire in doubt): it releases the lock
+/// the acquire took, unless a re-entry marked it, handing its lock id to another caller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orphan_release_leaves_a_reentered_lock() {
+    let mut conn = raw(&redis_url()).await;
+    let backend = crate::manager_backend().await;
+    let batch = format!(
+        "{}\nreturn batch(KEYS, ARGV)",
+        include_str!("../../src/redis/lua/batch.lua")
+    );
+    let release_orphan = |lock_id: &LockId| {
+        let index_key = backend.index_key(lock_id).unwrap();
+        let prefix = index_key.strip_suffix(lock_id.as_str()).unwrap().to_owned();
+        let mut cmd = crate::eval(&batch, &[&index_key]);
+        cmd.arg(TIME_TOLERANCE_MS)
+            .arg(prefix)
+            .arg("")
+            .arg("O")
+            .arg(lock_id.as_str());
+        cmd
+    };
+    let ttl = Duration::from_secs(30);
+
+    let key = unique("orphan-not-reentered");
+    let taken = acquired_as(&backend, &key, ttl, "client-a").await;
+    let reply: Vec<redis::Value> = release_orphan(&taken.lock_id)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(reply[1], redis::Value::Int(1), "released: {reply:?}");
+    assert!(!backend.is_locked(&key).await.unwrap());
+
+    let key = unique("orphan-reentered");
+    let taken = acquired_as(&backend, &key, ttl, "client-a").await;
+    let again = acquired_as(&backend, &key, ttl, "client-a").await;
+    assert_eq!(again.lock_id, taken.lock_id);
+    let reply: Vec<redis::Value> = release_orphan(&taken.lock_id)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        reply[1],
+        redis::Value::Int(0),
+        "left to the re-entry: {reply:?}"
+    );
+    let info = get_by_key_raw(&backend, &key)
+        .await
+        .unwrap()
+        .expect("still held");
+    assert_eq!(info.lock_id, taken.lock_id);
+    // An extend keeps the mark.
+    let extended = backend.extend(&taken.lock_id, ttl).await.unwrap();
+    assert!(extended.expires_at_ms().is_some());
+    let reply: Vec<redis::Value> = release_orphan(&taken.lock_id)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        reply[1],
+        redis::Value::Int(0),
+        "still left after an extend: {reply:?}"
+    );
+    assert!(backend.release(&taken.lock_id).await.unwrap().is_released());
 }

@@ -11,6 +11,7 @@
 --   'A' lockId ttlMs pxMs userKey          KEYS: lock key, index key, fence key
 --   'H' lockId ttlMs pxMs userKey holder   KEYS: lock key, index key, fence key
 --   'R' lockId                             KEYS: index key
+--   'O' lockId                             KEYS: index key
 --   'E' lockId ttlMs pxMs                  KEYS: index key
 --   'B' lockId byMs                        KEYS: index key
 --   'r' lockId                             KEYS: lock key, index key
@@ -21,7 +22,9 @@
 -- The lower-case forms are for locks the caller took itself and whose lock key it knows: the
 -- index holds that same key (it is written with the lock), so they skip reading it.
 -- 'H' is acquire as a holder (re-entrant by holder), 'B'/'b' extend by an amount (added to the
--- current expiry instead of to now), 'T'/'t' set the expiry to a fixed time (earlier or later).
+-- current expiry instead of to now), 'T'/'t' set the expiry to a fixed time (earlier or later),
+-- 'O' releases the lock an acquire as a holder took for a caller that never learnt it, unless
+-- a re-entry marked it (its lock id was handed to another caller since): then it replies 0.
 -- pxMs (ttl + tolerance) comes as text: handing Redis a Lua number costs a float formatting.
 -- Returns the server time (ms) of the batch, then one reply per operation:
 --   acquire the fence (15 digits) when acquired, expiring at time + ttl; when contended, the
@@ -48,6 +51,8 @@
 -- The holder (acquire as a holder) is an optional `holder` field, absent when there is none:
 -- `..,"acquiredAtMs":N,"holder":"..","expiresAtMs":M}`, which is what cjson writes for the
 -- reference's table with `holder` added first. The reference ignores fields it does not know.
+-- A re-entry adds `"reentered":true` as a field after the expiry (before the contended mark,
+-- if any), which extends keep, as they keep the holder.
 -- Its extend, as its specification prescribes it (cjson.decode, set expiresAtMs,
 -- cjson.encode; its scripts are not in this repository), keeps the holder, fields reordered:
 -- the finds here still read that record, and a re-entry rewrites it in this layout
@@ -73,6 +78,7 @@ local now, nowText, dead, indexPrefix, releaseChannel
 local BADDATA = 'BADDATA syncguard: the lock key holds data that is not SyncGuard lock JSON'
 local EXPIRES = '"expiresAtMs":'
 local CONTENDED = '"contended":true'
+local REENTERED = '"reentered":true'
 local KEY = '"key":"'
 -- The largest expiry an extend by an amount reaches: the largest integer a Lua number (a
 -- double) holds exactly.
@@ -184,8 +190,11 @@ local function reenter(lockKey, current, held, holder, ttl, px, key)
     or type(fence) ~= 'string' or #fence ~= 15 or not string.match(fence, '^%d+$') then
     return {-100, BADDATA}
   end
-  -- A re-entry keeps the mark: whoever was refused still waits.
+  -- Marked re-entered: its lock id now belongs to this caller too, so the release of an
+  -- acquire in doubt ('O') leaves it. A re-entry keeps the contended mark: whoever was refused
+  -- still waits.
   local renewed = record(key, lockId, fence, holder, ttl)
+  renewed = string.sub(renewed, 1, -2) .. ',' .. REENTERED .. '}'
   if marked(current) then
     renewed = withMark(renewed)
   end
@@ -276,6 +285,17 @@ local function release(knownKey, indexKey, lockId)
   -- Nobody was refused during this hold: the only waiters may be the caller's own, queued
   -- behind the one that took it; it wakes them by this key.
   return key
+end
+
+local function releaseOrphan(indexKey, lockId)
+  local lockKey, current = find(nil, indexKey, lockId)
+  if not lockKey then
+    return current -- the reply
+  end
+  if string.find(current, REENTERED, 1, true) then
+    return 0
+  end
+  return release(lockKey, indexKey, lockId)
 end
 
 local function extend(knownKey, indexKey, lockId, ttl, px)
@@ -369,6 +389,9 @@ local function batch(KEYS, ARGV)
       k, a = k + 2, a + 4
     elseif op == 'R' then
       replies[n] = run(release, nil, KEYS[k], ARGV[a + 1])
+      k, a = k + 1, a + 2
+    elseif op == 'O' then
+      replies[n] = run(releaseOrphan, KEYS[k], ARGV[a + 1])
       k, a = k + 1, a + 2
     elseif op == 'E' then
       replies[n] = run(extend, nil, KEYS[k], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3])
