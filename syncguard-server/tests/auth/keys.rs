@@ -1,8 +1,9 @@
 //! What the JWT tests sign with and verify against: RSA keys generated per run, and a key
 //! server on loopback (a JWKS and an OpenID discovery document).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use axum::Json;
 use axum::Router;
@@ -66,13 +67,15 @@ pub(crate) fn keys() -> &'static (TestKey, TestKey) {
 }
 
 /// A key server: `/jwks` and `/.well-known/openid-configuration`, counting JWKS fetches,
-/// failing on demand.
+/// failing or answering slowly on demand.
 #[derive(Clone)]
 pub(crate) struct KeyServer {
     pub(crate) base: String,
     set: Arc<Mutex<JwkSet>>,
     fetches: Arc<AtomicUsize>,
     pub(crate) failing: Arc<AtomicBool>,
+    /// How long the JWKS takes to answer, in milliseconds.
+    delay_ms: Arc<AtomicU64>,
 }
 
 impl KeyServer {
@@ -85,6 +88,7 @@ impl KeyServer {
             })),
             fetches: Arc::new(AtomicUsize::new(0)),
             failing: Arc::new(AtomicBool::new(false)),
+            delay_ms: Arc::new(AtomicU64::new(0)),
         };
         let app = Router::new()
             .route("/jwks", get(serve_jwks))
@@ -105,10 +109,31 @@ impl KeyServer {
     pub(crate) fn fetches(&self) -> usize {
         self.fetches.load(Ordering::SeqCst)
     }
+
+    /// From now on, the JWKS answers `delay` after each request arrives (counted at once).
+    pub(crate) fn answer_after(&self, delay: Duration) {
+        let millis = u64::try_from(delay.as_millis()).unwrap();
+        self.delay_ms.store(millis, Ordering::SeqCst);
+    }
+
+    /// Waits (up to 5 s) until the JWKS was requested `count` times in all.
+    pub(crate) async fn wait_for_fetches(&self, count: usize) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while self.fetches() < count {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the JWKS was requested {} times, not {count}",
+                self.fetches()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
 }
 
 async fn serve_jwks(State(server): State<KeyServer>) -> Response {
     server.fetches.fetch_add(1, Ordering::SeqCst);
+    let delay = server.delay_ms.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(delay)).await;
     if server.failing.load(Ordering::SeqCst) {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     }
