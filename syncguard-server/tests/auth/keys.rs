@@ -46,8 +46,25 @@ impl TestKey {
 
     /// A token signed with this key but naming key `kid`.
     pub(crate) fn sign_as(&self, kid: &str, claims: &Value) -> String {
+        self.sign_with(self.header(kid), claims)
+    }
+
+    /// A token signed with this key whose header lists `crit` as critical extensions.
+    pub(crate) fn sign_critical(&self, crit: &[&str], claims: &Value) -> String {
+        let mut header = self.header(&self.kid);
+        header.crit = Some(crit.iter().map(|name| (*name).to_owned()).collect());
+        // What an extension named in `crit` would say.
+        header.extras.insert("x-unknown", true);
+        self.sign_with(header, claims)
+    }
+
+    fn header(&self, kid: &str) -> Header {
         let mut header = Header::new(Algorithm::RS256);
         header.kid = Some(kid.to_owned());
+        header
+    }
+
+    fn sign_with(&self, header: Header, claims: &Value) -> String {
         encode(&header, claims, &self.encoding).unwrap()
     }
 }

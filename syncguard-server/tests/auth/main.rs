@@ -258,6 +258,40 @@ async fn invalid_tokens_are_401() {
 }
 
 #[tokio::test]
+async fn critical_header_extensions_are_401() {
+    let (key, _) = keys();
+    let jwks = KeyServer::start(&[key]).await;
+    let server = lsc_server(JwtSettings::with_jwks(jwks.jwks_url())).await;
+    let valid = claims("alice");
+    for crit in [&["x-unknown"][..], &["x-unknown", "b64"], &["kid"], &[]] {
+        let reply = acquire(
+            &server,
+            Some(&key.sign_critical(crit, &valid)),
+            "critical",
+            "abc",
+        )
+        .await;
+        assert_unauthorized(&reply, true);
+        let challenge = reply.headers["www-authenticate"].to_str().unwrap();
+        assert!(challenge.contains("crit"), "{crit:?}: {challenge}");
+    }
+    assert_eq!(jwks.fetches(), 0, "refused before its keys are looked up");
+    let status = call(
+        &server,
+        Method::GET,
+        "/v1/auth/lock/critical",
+        Some(&key.sign(&valid)),
+        "",
+    )
+    .await;
+    assert_eq!(
+        status.json(),
+        json!({"namespace":"auth","lockName":"critical"}),
+        "nothing was taken; the same token without crit is accepted"
+    );
+}
+
+#[tokio::test]
 async fn unknown_key_ids_refresh_the_keys_at_most_once_per_interval() {
     let (a, b) = keys();
     let jwks = KeyServer::start(&[a]).await;
