@@ -14,6 +14,7 @@ use axum::routing::get;
 use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
 use rsa::pkcs1::EncodeRsaPrivateKey;
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
@@ -56,6 +57,22 @@ impl TestKey {
         // What an extension named in `crit` would say.
         header.extras.insert("x-unknown", true);
         self.sign_with(header, claims)
+    }
+
+    /// A token signed with this key whose claims are `entries` in this order, a name given
+    /// twice included (which a JSON object cannot hold).
+    pub(crate) fn sign_entries(&self, entries: &[(&str, Value)]) -> String {
+        struct Entries<'a>(&'a [(&'a str, Value)]);
+        impl Serialize for Entries<'_> {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let mut map = serializer.serialize_map(Some(self.0.len()))?;
+                for (name, value) in self.0 {
+                    map.serialize_entry(name, value)?;
+                }
+                map.end()
+            }
+        }
+        encode(&self.header(&self.kid), &Entries(entries), &self.encoding).unwrap()
     }
 
     fn header(&self, kid: &str) -> Header {

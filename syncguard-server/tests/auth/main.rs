@@ -292,6 +292,44 @@ async fn critical_header_extensions_are_401() {
 }
 
 #[tokio::test]
+async fn repeated_claims_are_401() {
+    let (key, _) = keys();
+    let jwks = KeyServer::start(&[key]).await;
+    let server = lsc_server(JwtSettings::with_jwks(jwks.jwks_url()).audience("locks")).await;
+    let now = now_seconds();
+    let valid = [
+        ("sub", json!("alice")),
+        ("aud", json!("locks")),
+        ("exp", json!(now + 300)),
+    ];
+    // Each would be accepted alone: the repeat itself is what is refused.
+    let repeated = [
+        ("sub", json!("bob")),
+        ("aud", json!("locks")),
+        ("exp", json!(now + 600)),
+    ];
+    for (i, again) in repeated.iter().enumerate() {
+        let mut entries = valid.to_vec();
+        entries.insert(i + 1, again.clone());
+        let reply = acquire(
+            &server,
+            Some(&key.sign_entries(&entries)),
+            "repeated",
+            "abc",
+        )
+        .await;
+        assert_unauthorized(&reply, true);
+    }
+    let reply = acquire(&server, Some(&key.sign_entries(&valid)), "repeated", "abc").await;
+    assert_eq!(
+        reply.status,
+        StatusCode::OK,
+        "without the repeat: {}",
+        reply.text
+    );
+}
+
+#[tokio::test]
 async fn unknown_key_ids_refresh_the_keys_at_most_once_per_interval() {
     let (a, b) = keys();
     let jwks = KeyServer::start(&[a]).await;
