@@ -13,8 +13,9 @@
 //!   it answers: a token naming a key id the set lacks then waits for no fetch and is
 //!   refused at once (a fetch within the interval would find the same set).
 //!
-//! So an unknown key id makes only its own request wait, and only for a fetch that the
-//! interval allows; a valid token waits only when there is no set at all yet.
+//! So a token the cached set verifies never waits for the key server; a token naming a key id
+//! the set lacks (a rotated key, or a made-up one) waits alone, and only for a fetch the
+//! interval allows; and every token waits for the first set.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
