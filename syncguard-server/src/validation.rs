@@ -6,9 +6,17 @@
 //! - Bodies: LSC's JSON Schemas (draft-07, `additionalProperties: false`), each violation one
 //!   detail of a 400 `JSON validation failed`, worded as the networknt validator LSC uses
 //!   words it (`$.leaseDuration: must have a maximum value of 86400`).
+//! - A body that gives a property twice (`{"instanceId":"a","instanceId":"b"}`) is refused
+//!   with one detail per repeated name (`$: property 'instanceId' is given more than once`),
+//!   before the schema: which of the values was meant is unknown, and picking one (the last,
+//!   as a plain JSON parser does) lets a proxy that checked the other pass something else.
 //!
 //! Nothing here touches a lock: a request that fails validation changes nothing.
 
+use std::collections::HashSet;
+use std::fmt;
+
+use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
@@ -155,6 +163,18 @@ fn validate(body: &[u8], properties: &[Property]) -> Result<Map<String, Value>, 
             type_name(&value)
         )]));
     };
+    // `Value` keeps the last of repeated keys: read the names again, which now parse.
+    let repeated = serde_json::from_str::<RepeatedKeys>(&text)
+        .map_err(|error| ApiError::Internal(format!("a parsed body fails to parse: {error}")))?;
+    if !repeated.0.is_empty() {
+        return Err(ApiError::BodyValidation(
+            repeated
+                .0
+                .iter()
+                .map(|name| format!("$: property '{name}' is given more than once"))
+                .collect(),
+        ));
+    }
     let mut details = Vec::new();
     for name in object.keys() {
         if !properties.iter().any(|property| property.name() == name) {
@@ -180,6 +200,39 @@ fn validate(body: &[u8], properties: &[Property]) -> Result<Map<String, Value>, 
         Ok(object)
     } else {
         Err(ApiError::BodyValidation(details))
+    }
+}
+
+/// The names a JSON object gives more than once, each named once, in the order of their
+/// second appearance.
+struct RepeatedKeys(Vec<String>);
+
+impl<'de> Deserialize<'de> for RepeatedKeys {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Names;
+
+        impl<'de> Visitor<'de> for Names {
+            type Value = RepeatedKeys;
+
+            fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+                formatter.write_str("a JSON object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RepeatedKeys, A::Error> {
+                let mut seen = HashSet::new();
+                let mut repeated = Vec::new();
+                // `String`, not `&str`: `"instance\u0049d"` is `instanceId` too.
+                while let Some(name) = map.next_key::<String>()? {
+                    map.next_value::<IgnoredAny>()?;
+                    if !seen.insert(name.clone()) && !repeated.contains(&name) {
+                        repeated.push(name);
+                    }
+                }
+                Ok(RepeatedKeys(repeated))
+            }
+        }
+
+        deserializer.deserialize_map(Names)
     }
 }
 
@@ -342,6 +395,32 @@ mod tests {
             ]
         );
         assert_eq!(body_details("[1]"), ["$: array found, object expected"]);
+    }
+
+    #[test]
+    fn repeated_properties_are_refused() {
+        assert_eq!(
+            body_details(r#"{"instanceId":"abc","instanceId":"xyz","leaseDuration":60}"#),
+            ["$: property 'instanceId' is given more than once"]
+        );
+        assert_eq!(
+            body_details(
+                r#"{"leaseDuration":1,"instanceId":"abc","leaseDuration":86400,"leaseDuration":2,"instance\u0049d":"x"}"#
+            ),
+            [
+                "$: property 'leaseDuration' is given more than once",
+                "$: property 'instanceId' is given more than once"
+            ]
+        );
+        assert!(matches!(
+            release_request(br#"{"instanceId":"abc","instanceId":"abc"}"#),
+            Err(ApiError::BodyValidation(_))
+        ));
+        // Nested objects are not checked here: the schema refuses any object value.
+        assert_eq!(
+            body_details(r#"{"instanceId":{"a":1,"a":2},"leaseDuration":60}"#),
+            ["$.instanceId: object found, string expected"]
+        );
     }
 
     #[test]

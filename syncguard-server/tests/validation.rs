@@ -417,3 +417,71 @@ async fn bad_input_changes_nothing() {
         json!({"namespace":"mynamespace","lockName":"free"})
     );
 }
+
+#[tokio::test]
+async fn repeated_properties_are_400_and_change_nothing() {
+    let server = TestServer::memory().await;
+    let held = server.acquire("mynamespace", "twice", "holder", 30).await;
+    let expiry = held.expiry();
+    let fence = held.fence_value();
+    let cases = [
+        (
+            "acquire",
+            "free-twice",
+            r#"{"instanceId":"abc","instanceId":"xyz","leaseDuration":5}"#,
+            "instanceId",
+        ),
+        (
+            "acquire",
+            "free-twice",
+            r#"{"leaseDuration":1,"instanceId":"abc","leaseDuration":86400}"#,
+            "leaseDuration",
+        ),
+        (
+            "acquire",
+            "twice",
+            r#"{"instanceId":"other","instanceId":"holder","leaseDuration":5}"#,
+            "instanceId",
+        ),
+        (
+            "renew",
+            "twice",
+            r#"{"instanceId":"holder","leaseDuration":1,"leaseDuration":86400}"#,
+            "leaseDuration",
+        ),
+        (
+            "release",
+            "twice",
+            r#"{"instanceId":"other","instanceId":"holder"}"#,
+            "instanceId",
+        ),
+        (
+            "release",
+            "twice",
+            r#"{"instanceId":"holder","instance\u0049d":"holder"}"#,
+            "instanceId",
+        ),
+    ];
+    for (operation, lock, body, name) in cases {
+        let reply = server
+            .post(&format!("/v1/mynamespace/lock/{lock}/{operation}"), body)
+            .await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{operation} {body}");
+        assert_eq!(
+            reply.json(),
+            json!({
+                "message": "JSON validation failed",
+                "details": [format!("$: property '{name}' is given more than once")],
+            }),
+            "{operation} {body}"
+        );
+    }
+    let after = server.status("mynamespace", "twice").await;
+    assert_eq!(after.expiry(), expiry, "the held lock is untouched");
+    assert_eq!(after.fence_value(), fence);
+    assert_eq!(
+        server.status("mynamespace", "free-twice").await.json(),
+        json!({"namespace":"mynamespace","lockName":"free-twice"}),
+        "nothing was taken"
+    );
+}

@@ -13,7 +13,7 @@ use hyper_util::rt::TokioExecutor;
 use serde::de::DeserializeOwned;
 
 /// The longest a fetch may take, connection included.
-const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest document read.
 const MAX_DOCUMENT: usize = 1 << 20;
 

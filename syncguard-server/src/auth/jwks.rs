@@ -1,17 +1,38 @@
 //! The signing keys of JWTs: a JSON Web Key Set fetched from `JWT_JWKS` (or from the
-//! `jwks_uri` of the issuer's OpenID discovery document), cached, and fetched again when it
-//! is older than the cache time, or when a token names a key id the set lacks (at most once
-//! per minimum refresh interval, so forged key ids cannot make the server hammer the key
-//! server). One fetch at a time; concurrent requests wait for it.
+//! `jwks_uri` of the issuer's OpenID discovery document) and cached.
+//!
+//! A slow or failing key server must not hold up tokens the cached keys verify, so:
+//!
+//! - the cache's lock is only taken to read or swap the set, never across a fetch;
+//! - at most one fetch runs at a time, in a task of its own, and requests that need its
+//!   result (no set yet, or a key id the set lacks) join it rather than start another;
+//! - a set older than the cache time is refreshed in the background: tokens are verified
+//!   with it meanwhile, and after a failed refresh too;
+//! - a fetch starts only when the minimum refresh interval has passed since the previous one
+//!   *ended*, so made-up key ids cannot make the server hammer the key server, however slow
+//!   it answers: a token naming a key id the set lacks then waits for no fetch and is
+//!   refused at once (a fetch within the interval would find the same set).
+//!
+//! So a token the cached set verifies never waits for the key server; a token naming a key id
+//! the set lacks (a rotated key, or a made-up one) waits alone, and only for a fetch the
+//! interval allows; and every token waits for the first set.
 
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use jsonwebtoken::jwk::{Jwk, JwkSet, KeyAlgorithm};
+use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey};
 use serde::Deserialize;
-use tokio::sync::Mutex;
+use tokio::sync::watch;
 
-use super::fetch::JsonFetcher;
+use super::candidates::candidates;
+use super::fetch::{FETCH_TIMEOUT, JsonFetcher};
+
+/// The longest a request waits for a fetch: the discovery document and the set, each within
+/// [`FETCH_TIMEOUT`], and a margin. A backstop: the fetch ends by itself before.
+const LONGEST_WAIT: Duration = FETCH_TIMEOUT
+    .saturating_mul(2)
+    .saturating_add(Duration::from_secs(1));
 
 /// Where the keys come from.
 #[derive(Debug, Clone)]
@@ -31,22 +52,38 @@ pub(crate) enum KeyError {
     Unavailable(String),
 }
 
+/// What the cache knows; behind a lock that is never held across an `await`.
 #[derive(Default)]
-struct Cached {
-    keys: Option<JwkSet>,
+struct State {
+    keys: Option<Arc<JwkSet>>,
+    /// When `keys` were fetched.
     fetched_at: Option<Instant>,
-    last_attempt: Option<Instant>,
+    /// Whether a fetch is running.
+    fetching: bool,
+    /// When the last fetch ended, whatever its outcome: the start of the refresh interval.
+    last_ended: Option<Instant>,
+    /// Why the last fetch failed, while no later one succeeded.
+    last_error: Option<String>,
+    /// How many fetches have ended; published to waiters through [`Shared::ended`].
+    ended_count: u64,
     /// The JWKS URL, once discovered (or as configured).
     jwks_uri: Option<String>,
 }
 
-/// The cached key set.
-pub(crate) struct Jwks {
+/// What the cache and its fetch task share.
+struct Shared {
     source: KeySource,
     fetcher: JsonFetcher,
     cache_ttl: Duration,
     min_refresh: Duration,
-    cached: Mutex<Cached>,
+    state: Mutex<State>,
+    /// The number of ended fetches, for requests waiting for one.
+    ended: watch::Sender<u64>,
+}
+
+/// The cached key set.
+pub(crate) struct Jwks {
+    shared: Arc<Shared>,
 }
 
 #[derive(Deserialize)]
@@ -67,90 +104,154 @@ impl Jwks {
             KeySource::Issuer(_) => None,
         };
         Self {
-            source,
-            fetcher,
-            cache_ttl,
-            min_refresh,
-            cached: Mutex::new(Cached {
-                jwks_uri,
-                ..Cached::default()
+            shared: Arc::new(Shared {
+                source,
+                fetcher,
+                cache_ttl,
+                min_refresh,
+                state: Mutex::new(State {
+                    jwks_uri,
+                    ..State::default()
+                }),
+                ended: watch::Sender::new(0),
             }),
         }
     }
 
-    /// The keys that may have signed a token with `kid` and `alg`, fetching the set first
-    /// when it is missing, stale, or lacks the key id.
+    /// The keys that may have signed a token with `kid` and `alg`. Answers from the cached
+    /// set when it has them (starting a refresh in the background when the set is old);
+    /// otherwise waits for a fetch, when one runs or may start.
     pub(crate) async fn keys_for(
         &self,
         kid: Option<&str>,
         alg: Algorithm,
     ) -> Result<Vec<DecodingKey>, KeyError> {
-        let mut cached = self.cached.lock().await;
-        let stale = cached
-            .fetched_at
-            .is_none_or(|at| at.elapsed() >= self.cache_ttl);
-        if stale && self.may_fetch(&cached) {
-            self.refresh(&mut cached).await?;
+        let awaited = {
+            let mut state = self.shared.lock();
+            if let Some(keys) = state.keys.as_deref().map(|set| candidates(set, kid, alg))
+                && !keys.is_empty()
+            {
+                let stale = state
+                    .fetched_at
+                    .is_none_or(|at| at.elapsed() >= self.shared.cache_ttl);
+                if stale {
+                    Shared::join_or_start_fetch(&self.shared, &mut state);
+                }
+                return Ok(keys);
+            }
+            match Shared::join_or_start_fetch(&self.shared, &mut state) {
+                Some(awaited) => awaited,
+                None => return Err(no_keys(&state, kid, alg)),
+            }
+        };
+        self.shared.wait_for_fetch(awaited).await;
+        let state = self.shared.lock();
+        match state.keys.as_deref().map(|set| candidates(set, kid, alg)) {
+            Some(keys) if !keys.is_empty() => Ok(keys),
+            _ => Err(no_keys(&state, kid, alg)),
         }
-        let mut keys = cached.keys.as_ref().map(|set| candidates(set, kid, alg));
-        if keys.as_ref().is_none_or(Vec::is_empty) && self.may_fetch(&cached) {
-            self.refresh(&mut cached).await?;
-            keys = cached.keys.as_ref().map(|set| candidates(set, kid, alg));
+    }
+}
+
+/// Why a token has no key: the set lacks it, or there is no set.
+fn no_keys(state: &State, kid: Option<&str>, alg: Algorithm) -> KeyError {
+    if state.keys.is_none() {
+        return KeyError::Unavailable(state.last_error.clone().unwrap_or_else(|| {
+            "the token signing keys have not been fetched yet, and the last fetch was too recent to try again".to_owned()
+        }));
+    }
+    KeyError::NoKey(match kid {
+        Some(kid) => format!("no {alg:?} key with id '{kid}' in the key set"),
+        None => format!("no {alg:?} key in the key set"),
+    })
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state is consistent after every statement: a panic elsewhere cannot break it.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The fetch count to wait for: the running fetch's, or a new one's when the refresh
+    /// interval allows one (spawned here); `None` when neither.
+    fn join_or_start_fetch(shared: &Arc<Self>, state: &mut State) -> Option<u64> {
+        let awaited = state.ended_count + 1;
+        if state.fetching {
+            return Some(awaited);
         }
-        match keys {
-            None => Err(KeyError::Unavailable(
-                "the token signing keys have not been fetched yet".to_owned(),
-            )),
-            Some(keys) if keys.is_empty() => Err(KeyError::NoKey(match kid {
-                Some(kid) => format!("no {alg:?} key with id '{kid}' in the key set"),
-                None => format!("no {alg:?} key in the key set"),
-            })),
-            Some(keys) => Ok(keys),
+        if state
+            .last_ended
+            .is_some_and(|at| at.elapsed() < shared.min_refresh)
+        {
+            tracing::debug!(
+                min_refresh = ?shared.min_refresh,
+                "not fetching the JWKS: the last fetch ended within the minimum refresh interval"
+            );
+            return None;
+        }
+        state.fetching = true;
+        let fetch = FetchTask {
+            shared: Arc::clone(shared),
+            outcome: None,
+        };
+        let jwks_uri = state.jwks_uri.clone();
+        tokio::spawn(fetch.run(jwks_uri));
+        Some(awaited)
+    }
+
+    /// Waits until `awaited` fetches have ended (bounded by [`LONGEST_WAIT`]).
+    async fn wait_for_fetch(&self, awaited: u64) {
+        let mut ended = self.ended.subscribe();
+        let wait = ended.wait_for(|&count| count >= awaited);
+        if tokio::time::timeout(LONGEST_WAIT, wait).await.is_err() {
+            tracing::warn!(
+                ?LONGEST_WAIT,
+                "a JWKS fetch took longer than it may; answering without it"
+            );
         }
     }
 
-    /// Whether a fetch is allowed now: never fetched, or the last attempt is older than the
-    /// minimum refresh interval.
-    fn may_fetch(&self, cached: &Cached) -> bool {
-        cached
-            .last_attempt
-            .is_none_or(|at| at.elapsed() >= self.min_refresh)
-    }
-
-    /// Fetches the key set. A failure keeps the keys cached before (if any) and fails only
-    /// when there are none.
-    async fn refresh(&self, cached: &mut Cached) -> Result<(), KeyError> {
-        cached.last_attempt = Some(Instant::now());
-        match self.fetch(cached).await {
-            Ok(set) => {
-                cached.keys = Some(set);
-                cached.fetched_at = Some(Instant::now());
-                Ok(())
+    /// Records the outcome of a fetch and wakes the requests waiting for it.
+    fn end_fetch(&self, outcome: Result<(JwkSet, String), String>) {
+        let mut state = self.lock();
+        match outcome {
+            Ok((set, jwks_uri)) => {
+                tracing::debug!(keys = set.keys.len(), jwks_uri, "fetched the JWKS");
+                state.keys = Some(Arc::new(set));
+                state.fetched_at = Some(Instant::now());
+                state.jwks_uri = Some(jwks_uri);
+                state.last_error = None;
             }
-            Err(error) if cached.keys.is_some() => {
-                tracing::warn!(
-                    error,
-                    "fetching the JWKS failed; using the keys fetched before"
-                );
-                Ok(())
+            Err(error) => {
+                if state.keys.is_some() {
+                    tracing::warn!(
+                        error,
+                        "fetching the JWKS failed; using the keys fetched before"
+                    );
+                } else {
+                    tracing::warn!(error, "fetching the JWKS failed");
+                }
+                state.last_error = Some(error);
             }
-            Err(error) => Err(KeyError::Unavailable(error)),
         }
+        state.fetching = false;
+        state.last_ended = Some(Instant::now());
+        state.ended_count += 1;
+        // Under the state lock, so that a request that saw `fetching` waits for this count.
+        self.ended.send_replace(state.ended_count);
     }
 
-    async fn fetch(&self, cached: &mut Cached) -> Result<JwkSet, String> {
-        let jwks_uri = match (&cached.jwks_uri, &self.source) {
-            (Some(uri), _) => uri.clone(),
-            (None, KeySource::Issuer(issuer)) => {
-                let uri = self.discover(issuer).await?;
-                cached.jwks_uri = Some(uri.clone());
-                uri
-            }
+    /// The key set and the URL it came from.
+    async fn fetch(&self, jwks_uri: Option<String>) -> Result<(JwkSet, String), String> {
+        let jwks_uri = match (jwks_uri, &self.source) {
+            (Some(uri), _) => uri,
+            (None, KeySource::Issuer(issuer)) => self.discover(issuer).await?,
             (None, KeySource::Jwks(url)) => url.clone(),
         };
         let set: JwkSet = self.fetcher.get(&jwks_uri).await?;
-        tracing::debug!(keys = set.keys.len(), jwks_uri, "fetched the JWKS");
-        Ok(set)
+        Ok((set, jwks_uri))
     }
 
     /// The `jwks_uri` of `issuer`'s OpenID discovery document, whose `issuer` must be the
@@ -172,60 +273,26 @@ impl Jwks {
     }
 }
 
-/// The keys of `set` that may verify a token signed with `alg` by key `kid`: same key id
-/// (when the token names one), a key type that fits `alg`, and the same `alg` when the key
-/// declares one. Symmetric keys are never used: a JWKS is public.
-fn candidates(set: &JwkSet, kid: Option<&str>, alg: Algorithm) -> Vec<DecodingKey> {
-    set.keys
-        .iter()
-        .filter(|jwk| kid.is_none_or(|kid| jwk.common.key_id.as_deref() == Some(kid)))
-        .filter(|jwk| declared_alg_fits(jwk, alg))
-        .filter_map(|jwk| DecodingKey::from_jwk(jwk).ok())
-        .collect()
+/// One fetch, in a task of its own so that no request's cancellation stops it. It ends the
+/// fetch when dropped, so that a fetch abandoned half-way (its runtime shutting down) does
+/// not leave the cache waiting for it forever.
+struct FetchTask {
+    shared: Arc<Shared>,
+    outcome: Option<Result<(JwkSet, String), String>>,
 }
 
-fn declared_alg_fits(jwk: &Jwk, alg: Algorithm) -> bool {
-    use jsonwebtoken::jwk::{AlgorithmParameters, PublicKeyUse};
-    let type_fits = match &jwk.algorithm {
-        AlgorithmParameters::RSA(_) => matches!(
-            alg,
-            Algorithm::RS256
-                | Algorithm::RS384
-                | Algorithm::RS512
-                | Algorithm::PS256
-                | Algorithm::PS384
-                | Algorithm::PS512
-        ),
-        AlgorithmParameters::EllipticCurve(_) => {
-            matches!(alg, Algorithm::ES256 | Algorithm::ES384)
-        }
-        AlgorithmParameters::OctetKeyPair(_) => matches!(alg, Algorithm::EdDSA),
-        // Symmetric keys (`oct`) and key types jsonwebtoken does not know.
-        _ => false,
-    };
-    let for_signatures = !matches!(
-        jwk.common.public_key_use,
-        Some(PublicKeyUse::Encryption | PublicKeyUse::Other(_))
-    );
-    type_fits
-        && for_signatures
-        && jwk
-            .common
-            .key_algorithm
-            .is_none_or(|declared| key_algorithm(declared) == Some(alg))
+impl FetchTask {
+    async fn run(mut self, jwks_uri: Option<String>) {
+        self.outcome = Some(self.shared.fetch(jwks_uri).await);
+    }
 }
 
-fn key_algorithm(declared: KeyAlgorithm) -> Option<Algorithm> {
-    Some(match declared {
-        KeyAlgorithm::RS256 => Algorithm::RS256,
-        KeyAlgorithm::RS384 => Algorithm::RS384,
-        KeyAlgorithm::RS512 => Algorithm::RS512,
-        KeyAlgorithm::PS256 => Algorithm::PS256,
-        KeyAlgorithm::PS384 => Algorithm::PS384,
-        KeyAlgorithm::PS512 => Algorithm::PS512,
-        KeyAlgorithm::ES256 => Algorithm::ES256,
-        KeyAlgorithm::ES384 => Algorithm::ES384,
-        KeyAlgorithm::EdDSA => Algorithm::EdDSA,
-        _ => return None,
-    })
+impl Drop for FetchTask {
+    fn drop(&mut self) {
+        let outcome = self
+            .outcome
+            .take()
+            .unwrap_or_else(|| Err("the JWKS fetch was abandoned".to_owned()));
+        self.shared.end_fetch(outcome);
+    }
 }

@@ -2,6 +2,10 @@
 //! JWKS, `exp` and `nbf` (when present) checked with 60 s of clock skew, `iss` equal to
 //! `JWT_ISSUER` when set, `aud` containing `JWT_AUDIENCE` when set. The owner is `sub`; a
 //! token without one is refused (LSC let it act as a wildcard owner: its quirk Q7).
+//!
+//! A token whose header has a `crit` parameter is refused: it names extensions the token
+//! must not be accepted without understanding (RFC 7515 section 4.1.11), and this server
+//! understands none (as Spring Security's resource server, which LSC uses, refuses them).
 
 use std::collections::HashSet;
 
@@ -49,6 +53,11 @@ impl JwtVerifier {
     pub(crate) async fn subject(&self, token: &str) -> Result<String, TokenError> {
         let header = decode_header(token)
             .map_err(|error| TokenError::Invalid(format!("malformed token: {error}")))?;
+        if let Some(critical) = &header.crit {
+            return Err(TokenError::Invalid(format!(
+                "the token's header names critical extensions this server does not understand (crit: {critical:?})"
+            )));
+        }
         if !is_asymmetric(header.alg) {
             return Err(TokenError::Invalid(format!(
                 "the {:?} algorithm is not accepted",

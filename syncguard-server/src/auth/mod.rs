@@ -12,6 +12,7 @@
 //! with `WWW-Authenticate: Bearer ...` and no body (Spring's answer); when the keys cannot be
 //! fetched, 503.
 
+mod candidates;
 mod fetch;
 mod jwks;
 mod jwt;

@@ -3,6 +3,7 @@
 //! disabled and unconfigured modes.
 
 mod keys;
+mod slow_keys;
 #[path = "../support/mod.rs"]
 mod support;
 
@@ -257,6 +258,78 @@ async fn invalid_tokens_are_401() {
 }
 
 #[tokio::test]
+async fn critical_header_extensions_are_401() {
+    let (key, _) = keys();
+    let jwks = KeyServer::start(&[key]).await;
+    let server = lsc_server(JwtSettings::with_jwks(jwks.jwks_url())).await;
+    let valid = claims("alice");
+    for crit in [&["x-unknown"][..], &["x-unknown", "b64"], &["kid"], &[]] {
+        let reply = acquire(
+            &server,
+            Some(&key.sign_critical(crit, &valid)),
+            "critical",
+            "abc",
+        )
+        .await;
+        assert_unauthorized(&reply, true);
+        let challenge = reply.headers["www-authenticate"].to_str().unwrap();
+        assert!(challenge.contains("crit"), "{crit:?}: {challenge}");
+    }
+    assert_eq!(jwks.fetches(), 0, "refused before its keys are looked up");
+    let status = call(
+        &server,
+        Method::GET,
+        "/v1/auth/lock/critical",
+        Some(&key.sign(&valid)),
+        "",
+    )
+    .await;
+    assert_eq!(
+        status.json(),
+        json!({"namespace":"auth","lockName":"critical"}),
+        "nothing was taken; the same token without crit is accepted"
+    );
+}
+
+#[tokio::test]
+async fn repeated_claims_are_401() {
+    let (key, _) = keys();
+    let jwks = KeyServer::start(&[key]).await;
+    let server = lsc_server(JwtSettings::with_jwks(jwks.jwks_url()).audience("locks")).await;
+    let now = now_seconds();
+    let valid = [
+        ("sub", json!("alice")),
+        ("aud", json!("locks")),
+        ("exp", json!(now + 300)),
+    ];
+    // Each would be accepted alone: the repeat itself is what is refused.
+    let repeated = [
+        ("sub", json!("bob")),
+        ("aud", json!("locks")),
+        ("exp", json!(now + 600)),
+    ];
+    for (i, again) in repeated.iter().enumerate() {
+        let mut entries = valid.to_vec();
+        entries.insert(i + 1, again.clone());
+        let reply = acquire(
+            &server,
+            Some(&key.sign_entries(&entries)),
+            "repeated",
+            "abc",
+        )
+        .await;
+        assert_unauthorized(&reply, true);
+    }
+    let reply = acquire(&server, Some(&key.sign_entries(&valid)), "repeated", "abc").await;
+    assert_eq!(
+        reply.status,
+        StatusCode::OK,
+        "without the repeat: {}",
+        reply.text
+    );
+}
+
+#[tokio::test]
 async fn unknown_key_ids_refresh_the_keys_at_most_once_per_interval() {
     let (a, b) = keys();
     let jwks = KeyServer::start(&[a]).await;
@@ -346,7 +419,8 @@ async fn unreachable_keys_are_503_and_cached_keys_outlive_failures() {
         StatusCode::OK,
         "stale keys serve while the key server fails"
     );
-    assert!(jwks.fetches() > fetches, "it did try again");
+    // It did try again (in the background: the answer did not wait for it).
+    jwks.wait_for_fetches(fetches + 1).await;
 
     let nowhere = lsc_server(JwtSettings::with_jwks("http://127.0.0.1:9/jwks")).await;
     let reply = acquire(&nowhere, Some(&token), "keys", "abc").await;
