@@ -4,6 +4,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
@@ -11,6 +12,8 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use syncguard::{LockError, LockGuard, LostReason};
 use tokio_util::sync::WaitForCancellationFutureOwned;
+
+use crate::retry_after::HoldTimes;
 
 /// The error type of [`LockBody`]: syncguard's own boxed error.
 pub use syncguard::BoxError;
@@ -53,6 +56,8 @@ enum Hold {
         guard: LockGuard,
         /// Completes when the lock is lost; `None` under `OnLost::Notify`.
         lost: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
+        /// Where the hold's length goes when it ends with a release.
+        holds: Arc<HoldTimes>,
     },
     Releasing(ReleaseFuture),
 }
@@ -66,7 +71,12 @@ impl<B> LockBody<B> {
 
     /// `body` holding the lock of `guard` until its end; with `cancel_on_loss`, a loss ends
     /// it with an error.
-    pub(crate) fn holding(body: B, mut guard: LockGuard, cancel_on_loss: bool) -> Self {
+    pub(crate) fn holding(
+        body: B,
+        mut guard: LockGuard,
+        cancel_on_loss: bool,
+        holds: Arc<HoldTimes>,
+    ) -> Self {
         // A body is only polled when the connection can take more data, so a slow client
         // would starve a heartbeat run from here: a task keeps the lock while it streams.
         guard.spawn_keeper();
@@ -74,7 +84,7 @@ impl<B> LockBody<B> {
         Self {
             kind: Kind::Inner {
                 body,
-                hold: Some(Box::new(Hold::Holding { guard, lost })),
+                hold: Some(Box::new(Hold::Holding { guard, lost, holds })),
             },
         }
     }
@@ -107,8 +117,10 @@ impl<B> fmt::Debug for LockBody<B> {
 }
 
 /// The release at the end of a request or of its body: waited for up to a second, failures
-/// logged (the lock then expires at the end of its ttl).
-pub(crate) fn release(guard: LockGuard) -> ReleaseFuture {
+/// logged (the lock then expires at the end of its ttl). The hold's length goes to `holds`,
+/// for the `Retry-After` of the requests it made wait.
+pub(crate) fn release(guard: LockGuard, holds: &HoldTimes) -> ReleaseFuture {
+    holds.record(guard.held_for());
     Box::pin(guard.release_logged())
 }
 
@@ -217,7 +229,7 @@ where
                         *hold = None;
                         return Poll::Ready(None);
                     }
-                    Hold::Holding { guard, lost } => (guard, lost),
+                    Hold::Holding { guard, lost, .. } => (guard, lost),
                 };
                 if let Some(lost_lock) = lost.as_mut()
                     && lost_lock.as_mut().poll(cx).is_ready()
@@ -246,12 +258,13 @@ where
                             *hold = None;
                             return Poll::Ready(Some(Err(error)));
                         }
-                        let Some(Hold::Holding { guard, .. }) = hold.take().map(|held| *held)
+                        let Some(Hold::Holding { guard, holds, .. }) =
+                            hold.take().map(|held| *held)
                         else {
                             unreachable!("the body holds its lock until its end");
                         };
                         // The end is reported once the release is done.
-                        let mut releasing = release(guard);
+                        let mut releasing = release(guard, &holds);
                         if releasing.as_mut().poll(cx).is_pending() {
                             *hold = Some(Box::new(Hold::Releasing(releasing)));
                             return Poll::Pending;

@@ -1,14 +1,18 @@
 //! What the services and requests of one layer share: the backend, the lock options, when to
-//! release, and how to answer a held key.
+//! release, what to do without a key, and how to answer a held key.
 //!
-//! The leaf of the crate's modules: [`layer`](crate::LockLayer) builds it, the service, the
-//! response future, the body and the rejections read it, and it imports none of them.
+//! Near the leaf of the crate's modules: [`layer`](crate::LockLayer) builds it, the service,
+//! the response future, the body and the rejections read it, and it imports only
+//! `retry_after` (a leaf).
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::StatusCode;
 use syncguard::{LockBackend, LockName, LockOptions, RetryPolicy};
+
+use crate::retry_after::{DEFAULT_MAX_RETRY_AFTER, HoldTimes};
 
 /// When the layer releases a request's lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -32,6 +36,26 @@ pub enum ReleaseOn {
     BodyEnd,
 }
 
+/// What the layer does with a request its key function made no key for, because the request
+/// lacks what the key is made of ([`NoKey::missing`](crate::key::NoKey::missing)).
+///
+/// A route that cannot give a key ([`NoKey::misconfigured`](crate::key::NoKey::misconfigured))
+/// is refused whatever this says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Keyless {
+    /// Refuse it without running the handler: `400 Bad Request` (gRPC `INVALID_ARGUMENT`) and
+    /// a warning, both naming what is missing. The default: no request runs unlocked by
+    /// mistake.
+    #[default]
+    Refuse,
+    /// Run it **without a lock** ("no key, no lock"), for keys that are optional, such as an
+    /// `Idempotency-Key` that clients may leave out. Logged at debug level; a handler that
+    /// extracts [`HeldLock`](crate::HeldLock) gets a rejection naming what was missing
+    /// (extract `Option<HeldLock>` in handlers that serve such requests).
+    RunUnlocked,
+}
+
 /// Settings shared by every service of one layer, and by their requests.
 #[derive(Clone)]
 pub(crate) struct Config {
@@ -40,11 +64,16 @@ pub(crate) struct Config {
     /// loss does); the key is each request's own.
     pub(crate) options: LockOptions,
     pub(crate) release: ReleaseOn,
+    pub(crate) keyless: Keyless,
     /// The HTTP status for a contended key.
     pub(crate) contended_status: StatusCode,
     /// `Some` on a gRPC layer: the status code for a contended key.
     #[cfg(feature = "grpc")]
     pub(crate) grpc_contended: Option<tonic::Code>,
+    /// The bound of a contended answer's `Retry-After`.
+    pub(crate) max_retry_after: Duration,
+    /// The holds this layer ended, for the `Retry-After` hint.
+    pub(crate) holds: Arc<HoldTimes>,
 }
 
 impl Config {
@@ -53,9 +82,12 @@ impl Config {
             backend,
             options: default_options(),
             release: ReleaseOn::default(),
+            keyless: Keyless::default(),
             contended_status: StatusCode::LOCKED,
             #[cfg(feature = "grpc")]
             grpc_contended: None,
+            max_retry_after: DEFAULT_MAX_RETRY_AFTER,
+            holds: Arc::default(),
         }
     }
 
@@ -86,7 +118,9 @@ impl fmt::Debug for Config {
             .field("backend", &self.backend.capabilities().backend)
             .field("options", &self.options)
             .field("release", &self.release)
-            .field("contended_status", &self.contended_status);
+            .field("keyless", &self.keyless)
+            .field("contended_status", &self.contended_status)
+            .field("max_retry_after", &self.max_retry_after);
         #[cfg(feature = "grpc")]
         config.field("grpc_contended", &self.grpc_contended);
         config.finish()

@@ -1,6 +1,7 @@
 //! What a handler learns about the lock its request holds.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use syncguard::{Fence, LockGuard, LockHandle, LockId, LockName, LostReason};
@@ -10,8 +11,10 @@ use tokio_util::sync::CancellationToken;
 ///
 /// Read it with `request.extensions().get::<HeldLock>()`, with axum's
 /// `Extension<HeldLock>`, or (feature `axum`) as an extractor: `lock: HeldLock` fails the
-/// request with 500 when the route is not behind a `LockLayer` or its key function returned
-/// `None`; `lock: Option<HeldLock>` accepts both.
+/// request with 500 and a text naming the cause (`MissingLock`) when the route is not behind a
+/// `LockLayer`, or when the layer ran the request unlocked because it had no key and the layer
+/// says [`Keyless::RunUnlocked`](crate::Keyless::RunUnlocked); `lock: Option<HeldLock>`
+/// accepts both.
 ///
 /// It has the accessors of [`syncguard::LockGuard`] (a [`LockHandle`] on the guard the layer
 /// keeps): pass [`fence`](Self::fence) to whatever the handler writes to, so a store can refuse
@@ -128,6 +131,23 @@ impl fmt::Debug for HeldLock {
     }
 }
 
+/// Put in the extensions of a request the layer runs unlocked
+/// ([`Keyless::RunUnlocked`](crate::Keyless::RunUnlocked)): what its key function found
+/// missing, for the rejection of the `HeldLock` extractor.
+#[derive(Debug, Clone)]
+pub(crate) struct RanUnlocked {
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    no_key: Arc<str>,
+}
+
+impl RanUnlocked {
+    pub(crate) fn new(no_key: impl fmt::Display) -> Self {
+        Self {
+            no_key: no_key.to_string().into(),
+        }
+    }
+}
+
 #[cfg(feature = "axum")]
 mod extract {
     use axum::extract::{FromRequestParts, OptionalFromRequestParts};
@@ -135,23 +155,47 @@ mod extract {
     use http::StatusCode;
     use http::request::Parts;
 
-    use super::HeldLock;
+    use super::{HeldLock, RanUnlocked};
 
-    /// The rejection of the [`HeldLock`] extractor: the request holds no lock.
+    /// The rejection of the [`HeldLock`] extractor: the request holds no lock. Its text (the
+    /// body of its `500 Internal Server Error`, and the warning logged) names the cause:
     ///
-    /// Answers `500 Internal Server Error`: the route is not behind a `LockLayer`, or the key
-    /// function returned `None` for this request. Extract `Option<HeldLock>` where both are
-    /// expected.
-    #[derive(Debug, Clone, Copy, Default)]
+    /// - the request passed no `LockLayer` (the route is not behind one, or was added after
+    ///   it);
+    /// - or its layer made no key for it and runs such requests unlocked
+    ///   ([`Keyless::RunUnlocked`](crate::Keyless::RunUnlocked)): the text says what was
+    ///   missing (a header, ...).
+    ///
+    /// Extract `Option<HeldLock>` in handlers that may run without a lock.
+    #[derive(Debug, Clone)]
     #[non_exhaustive]
-    pub struct MissingLock;
+    pub struct MissingLock {
+        ran_unlocked: Option<RanUnlocked>,
+    }
+
+    impl MissingLock {
+        /// What the layer's key function found missing, when the layer ran the request
+        /// unlocked; `None` when the request passed no layer.
+        pub fn no_key(&self) -> Option<&str> {
+            self.ran_unlocked.as_ref().map(|ran| &*ran.no_key)
+        }
+    }
 
     impl std::fmt::Display for MissingLock {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str(
-                "this request holds no syncguard lock: put the route behind a LockLayer, or \
-                 extract Option<HeldLock> if its key function may return None",
-            )
+            match self.no_key() {
+                None => f.write_str(
+                    "this request holds no syncguard lock because it passed no LockLayer: add the \
+                     layer to this route (with Router::route_layer, after the route), or extract \
+                     Option<HeldLock> if the route may run without a lock",
+                ),
+                Some(no_key) => write!(
+                    f,
+                    "this request holds no syncguard lock because its LockLayer made no key for \
+                     it ({no_key}) and runs such requests unlocked (Keyless::RunUnlocked): \
+                     extract Option<HeldLock> in handlers that serve them"
+                ),
+            }
         }
     }
 
@@ -167,11 +211,14 @@ mod extract {
         type Rejection = MissingLock;
 
         async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, MissingLock> {
-            parts
-                .extensions
-                .get::<HeldLock>()
-                .cloned()
-                .ok_or(MissingLock)
+            if let Some(lock) = parts.extensions.get::<HeldLock>() {
+                return Ok(lock.clone());
+            }
+            let missing = MissingLock {
+                ran_unlocked: parts.extensions.get::<RanUnlocked>().cloned(),
+            };
+            tracing::warn!(cause = %missing, "syncguard_tower: a handler extracted HeldLock from a request that holds no lock; answering 500");
+            Err(missing)
         }
     }
 

@@ -56,6 +56,10 @@ pin_project! {
             inner: F,
             guard: Option<LockGuard>,
         },
+        // Refused before the inner service was called (no key).
+        Rejected {
+            rejection: Option<Rejection>,
+        },
         // The inner service answered; the release is on its way to the backend.
         Releasing {
             release: ReleaseFuture,
@@ -73,6 +77,16 @@ where
     pub(crate) fn unlocked(inner: S::Future, config: Arc<Config>) -> Self {
         Self {
             state: State::Running { inner, guard: None },
+            config,
+        }
+    }
+
+    /// Answers `rejection` without calling the inner service.
+    pub(crate) fn rejected(rejection: Rejection, config: Arc<Config>) -> Self {
+        Self {
+            state: State::Rejected {
+                rejection: Some(rejection),
+            },
             config,
         }
     }
@@ -140,6 +154,13 @@ where
                         }
                     }
                 }
+                StateProj::Rejected { rejection } => {
+                    let rejection = rejection
+                        .take()
+                        .expect("ResponseFuture polled after completion");
+                    this.state.set(State::Done);
+                    return Poll::Ready(Ok(rejection.into_response(this.config).map(M::wrap)));
+                }
                 StateProj::Running { inner, guard } => {
                     // The inner future goes first: a handler that answers at once never arms
                     // the heartbeat's timer. It runs in the hold's span, so that what the
@@ -168,13 +189,15 @@ where
                             {
                                 let cancel = this.config.options.on_lost() != OnLost::Notify;
                                 this.state.set(State::Done);
-                                return Poll::Ready(Ok(response
-                                    .map(|body| M::wrap(LockBody::holding(body, guard, cancel)))));
+                                let holds = Arc::clone(&this.config.holds);
+                                return Poll::Ready(Ok(response.map(|body| {
+                                    M::wrap(LockBody::holding(body, guard, cancel, holds))
+                                })));
                             }
                             (_, result) => result.map(|r| r.map(M::inner)),
                         };
                         this.state.set(State::Releasing {
-                            release: release(guard),
+                            release: release(guard, &this.config.holds),
                             output: Some(output),
                         });
                         continue;
@@ -217,6 +240,7 @@ where
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
             State::Acquiring { .. } => "acquiring",
+            State::Rejected { .. } => "rejected",
             State::Running { guard: None, .. } => "running unlocked",
             State::Running { guard: Some(_), .. } => "running",
             State::Releasing { .. } => "releasing",

@@ -3,23 +3,26 @@
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::StatusCode;
 use syncguard::{LockBackend, LockOptions};
 use tower::Layer;
 
 use crate::body::Wrapped;
-use crate::config::{Config, Layered, ReleaseOn};
+use crate::config::{Config, Keyless, Layered, ReleaseOn};
 use crate::service::LockService;
 
 /// A [`tower::Layer`] that runs each request under the distributed lock its key names, so
 /// that requests sharing a key run one at a time across every process sharing the backend.
 ///
-/// Requests whose [key function](crate::MakeKey) returns `None` pass through unlocked.
-/// For the others, the layer acquires the lock before calling the inner service (the handler
-/// never runs without it), puts a [`HeldLock`](crate::HeldLock) in the request's extensions,
-/// runs the handler in the hold's `syncguard.hold` tracing span, keeps the lock alive with a
-/// heartbeat, and releases it at the end ([`ReleaseOn`]).
+/// For each request, the [key function](crate::MakeKey) gives the key; the layer acquires its
+/// lock before calling the inner service (the handler never runs without it), puts a
+/// [`HeldLock`](crate::HeldLock) in the request's extensions, runs the handler in the hold's
+/// `syncguard.hold` tracing span, keeps the lock alive with a heartbeat, and releases it at the
+/// end ([`ReleaseOn`]). A request the key function makes no key for is refused with an answer
+/// and a warning naming what is missing, unless the layer says [`Keyless::RunUnlocked`] (see
+/// [`key`](crate::key#when-there-is-no-key)).
 ///
 /// How a lock is taken and kept is a [`syncguard::LockOptions`], set with
 /// [`with_options`](Self::with_options); the rest are the layer's own settings.
@@ -35,7 +38,9 @@ use crate::service::LockService;
 /// | · on_lost | [`OnLost::Cancel`](syncguard::OnLost::Cancel): the handler is dropped and 503 / `UNAVAILABLE` answered |
 /// | · show_key | off: logs and spans name the lock by its key hash |
 /// | [`release`](Self::with_release) | [`ReleaseOn::ResponseFuture`] |
+/// | [`keyless`](Self::with_keyless) | [`Keyless::Refuse`]: a request without a key is refused |
 /// | contention | `423 Locked` ([`with_contended_status`](Self::with_contended_status)); gRPC `ABORTED` |
+/// | [`max_retry_after`](Self::with_max_retry_after) | 5 s |
 ///
 /// # Constructors
 /// [`new`](Self::new) for any HTTP service (hyper, tower stacks); [`for_axum`][for_axum]
@@ -49,11 +54,31 @@ use crate::service::LockService;
 /// | the key is held elsewhere (after waiting, if the options wait) | 423 (or 409), `Retry-After`, `application/problem+json` | `ABORTED`, `grpc-retry-pushback-ms` |
 /// | the backend failed (unreachable, timeout, auth) | 503, `Retry-After: 1` | `UNAVAILABLE` |
 /// | the key is invalid (empty, over 512 bytes) | 400 | `INVALID_ARGUMENT` |
+/// | the request lacks what the key is made of ([`NoKey::missing`](crate::key::NoKey::missing)), under [`Keyless::Refuse`] | 400 | `INVALID_ARGUMENT` |
+/// | the route cannot give a key ([`NoKey::misconfigured`](crate::key::NoKey::misconfigured)) | 500 | `INTERNAL` |
 /// | the lock was lost before the response | 503 | `UNAVAILABLE` |
 ///
-/// `Retry-After` is the number of seconds until the holder's lease runs out, plus the 1 s
-/// liveness tolerance, at least 1 and at most this layer's ttl plus 1 s (the holder's
-/// heartbeat may extend it again: it is a hint, not a promise).
+/// The answers without a key name what is missing (in the problem document's `detail`, or the
+/// gRPC message), and so does the warning logged with each.
+///
+/// # `Retry-After`
+/// A hint of when the holder is likely done, not a promise: in seconds, rounded up,
+/// `clamp(min(lease, likely), 1 s, max_retry_after)`, where
+///
+/// - `lease` is the time until the holder's lease ends, plus syncguard's 1 s liveness
+///   tolerance (at most the ttl plus 1 s): what the holder may take without renewing it. A
+///   heartbeat renews it while the handler runs, so alone it says little (31 s for a 1.5 s
+///   handler under the default 30 s ttl);
+/// - `likely` is the mean hold of this layer minus how long the holder has held the lock
+///   (0 once it held it longer): the mean is an exponentially weighted mean (the newest hold
+///   weighs 1/8) of the holds this layer's requests ended with a release, in this process. It
+///   stands for the holders on other replicas too. Before any hold has ended, `likely` is
+///   `lease`;
+/// - `max_retry_after` is [`with_max_retry_after`](Self::with_max_retry_after) (5 s by
+///   default).
+///
+/// When the holder cannot be looked up (or let go meanwhile) it is 1 s. gRPC's
+/// `grpc-retry-pushback-ms` carries the same hint in milliseconds, unrounded.
 ///
 /// ```
 /// use std::time::Duration;
@@ -189,8 +214,9 @@ impl<K> LockLayer<K, axum::body::Body> {
     /// middleware that must run before routing: one service, nothing boxed or cloned per
     /// request by axum. Every
     /// request that carries a key is then locked, including those no route matches (they get
-    /// their 404 under the lock). [`key::path_param`](crate::key::path_param) needs the route
-    /// matched, so it needs `Router::route_layer`. Wrap `router.with_state(())`, as
+    /// their 404 under the lock). [`key::resource`](crate::key::resource) and
+    /// [`key::route_param`](crate::key::route_param) need the route matched, so they need
+    /// `Router::route_layer`. Wrap `router.with_state(())`, as
     /// `axum::serve` does with a bare router: it turns the handlers into routes once, where a
     /// wrapped router would do it for every request.
     ///
@@ -289,6 +315,51 @@ impl<K, M> LockLayer<K, M> {
     /// [`with_options`](Self::with_options)).
     pub fn options(&self) -> &LockOptions {
         &self.config.options
+    }
+
+    /// What to do with a request its key function made no key for because the request lacks
+    /// what the key is made of: [`Keyless::Refuse`] it (the default: 400, naming what is
+    /// missing), or [`Keyless::RunUnlocked`], the explicit "no key, no lock". Requests of a
+    /// route that cannot give a key are refused (500) either way.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use axum::{Router, body::Body, routing::post};
+    /// use http::Request;
+    /// use syncguard_tower::{HeldLock, Keyless, LockLayer, key};
+    /// use tower::ServiceExt;
+    ///
+    /// // An optional Idempotency-Key: requests without one run, unlocked.
+    /// let app = Router::new()
+    ///     .route("/payments", post(|lock: Option<HeldLock>| async move { lock.is_some().to_string() }))
+    ///     .layer(
+    ///         LockLayer::for_axum(syncguard::MemoryBackend::new(), key::header("idempotency-key"))
+    ///             .with_keyless(Keyless::RunUnlocked),
+    ///     );
+    /// let response = app.oneshot(Request::post("/payments").body(Body::empty()).unwrap()).await;
+    /// assert_eq!(response.unwrap().status(), 200);
+    /// # }
+    /// ```
+    pub fn with_keyless(mut self, keyless: Keyless) -> Self {
+        self.config_mut().keyless = keyless;
+        self
+    }
+
+    /// The longest `Retry-After` the layer answers a contended request with (gRPC:
+    /// `grpc-retry-pushback-ms`): 5 s by default, at least 1 s. See [the hint's
+    /// computation](Self#retry-after).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use syncguard_tower::{LockLayer, key};
+    /// // Handlers that take about a minute: let clients wait up to 30 s between tries.
+    /// let layer = LockLayer::new(syncguard::MemoryBackend::new(), key::method_and_path())
+    ///     .with_max_retry_after(Duration::from_secs(30));
+    /// # let _ = layer;
+    /// ```
+    pub fn with_max_retry_after(mut self, max: Duration) -> Self {
+        self.config_mut().max_retry_after = max;
+        self
     }
 
     /// When to release the lock: see [`ReleaseOn`].

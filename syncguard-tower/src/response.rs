@@ -8,12 +8,16 @@ use syncguard::{LockError, LostReason};
 
 use crate::body::LockBody;
 use crate::config::Config;
+use crate::key::NoKey;
+use crate::retry_after::{self, Holder};
 
 /// Why the handler did not run, or did not finish.
 #[derive(Debug)]
 pub(crate) enum Rejection {
-    /// The key is held elsewhere; retry after this many seconds.
-    Contended { retry_after_secs: u64 },
+    /// The key is held elsewhere; retry after this long (at least a second).
+    Contended { retry_after: Duration },
+    /// The key function made no key; the handler was not run.
+    NoKey(NoKey),
     /// The key is invalid (a client error).
     InvalidKey,
     /// The backend failed; the handler was not run.
@@ -27,19 +31,23 @@ impl Rejection {
     /// for contention.
     pub(crate) async fn from_acquire_error(error: LockError, key: &str, config: &Config) -> Self {
         if error.is_contended() {
-            let holder = syncguard::get_by_key(config.backend.as_ref(), key).await;
-            let expires_at_ms = match holder {
-                Ok(info) => info.map(|info| info.expires_at_ms),
+            let holder = match syncguard::get_by_key(config.backend.as_ref(), key).await {
+                Ok(info) => info.map(|info| Holder {
+                    expires_at_ms: info.expires_at_ms,
+                    acquired_at_ms: info.acquired_at_ms,
+                }),
                 Err(lookup) => {
-                    tracing::debug!(error = %lookup, lock = %config.lock_name(key), "syncguard_tower: looking up the holder's expiry failed; answering Retry-After: 1");
+                    tracing::debug!(error = %lookup, lock = %config.lock_name(key), "syncguard_tower: looking up the holder failed; answering Retry-After: 1");
                     None
                 }
             };
             return Self::Contended {
-                retry_after_secs: retry_after_secs(
-                    expires_at_ms,
+                retry_after: retry_after::hint(
+                    holder,
                     syncguard::time::now_ms(),
                     config.options.ttl(),
+                    config.holds.mean(),
+                    config.max_retry_after,
                 ),
             };
         }
@@ -62,10 +70,15 @@ impl Rejection {
 
     fn into_http_response<B>(self, contended: StatusCode) -> Response<LockBody<B>> {
         let (status, retry_after, detail) = match &self {
-            Self::Contended { retry_after_secs } => (
+            Self::Contended { retry_after } => (
                 contended,
-                *retry_after_secs,
+                retry_after::whole_seconds(*retry_after),
                 "Another request with the same lock key is in progress. Retry after the number of seconds in Retry-After.".to_owned(),
+            ),
+            Self::NoKey(no_key) => (
+                no_key_status(no_key),
+                0,
+                format!("No lock key could be made for this request, so it was not processed: {no_key}."),
             ),
             Self::InvalidKey => (
                 StatusCode::BAD_REQUEST,
@@ -102,14 +115,28 @@ impl Rejection {
         use tonic::{Code, Status};
 
         let (status, pushback_ms) = match self {
-            Self::Contended { retry_after_secs } => (
+            Self::Contended { retry_after } => (
                 Status::new(
                     contended,
                     format!(
-                        "another call with the same lock key is in progress; retry in {retry_after_secs} s"
+                        "another call with the same lock key is in progress; retry in {} ms",
+                        retry_after.as_millis()
                     ),
                 ),
-                Some(retry_after_secs.saturating_mul(1000)),
+                Some(u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX)),
+            ),
+            Self::NoKey(no_key) => (
+                Status::new(
+                    if no_key.is_misconfigured() {
+                        Code::Internal
+                    } else {
+                        Code::InvalidArgument
+                    },
+                    format!(
+                        "no lock key could be made for this call, so it was not processed: {no_key}"
+                    ),
+                ),
+                None,
             ),
             Self::InvalidKey => (
                 Status::new(
@@ -145,36 +172,28 @@ impl Rejection {
     }
 }
 
-/// Seconds until a holder whose lease ends at `expires_at_ms` stops counting as live (the
-/// expiry plus the 1 s tolerance), rounded up, at least 1 and at most `ttl` + 1 s: a
-/// time-authority clock ahead of ours must not produce an absurd wait.
-pub(crate) fn retry_after_secs(expires_at_ms: Option<u64>, now_ms: u64, ttl: Duration) -> u64 {
-    let Some(expires_at_ms) = expires_at_ms else {
-        return 1;
-    };
-    let live_until = expires_at_ms.saturating_add(syncguard::time::TIME_TOLERANCE_MS);
-    let left_ms = live_until.saturating_sub(now_ms);
-    let max = ttl
-        .as_millis()
-        .saturating_add(u128::from(syncguard::time::TIME_TOLERANCE_MS))
-        .div_ceil(1000);
-    let max = u64::try_from(max).unwrap_or(u64::MAX);
-    left_ms.div_ceil(1000).clamp(1, max.max(1))
+/// The status for a request without a key: the client's error, or the server's.
+fn no_key_status(no_key: &NoKey) -> StatusCode {
+    if no_key.is_misconfigured() {
+        StatusCode::INTERNAL_SERVER_ERROR
+    } else {
+        StatusCode::BAD_REQUEST
+    }
 }
 
-/// An RFC 9457 problem document. Every text in it is ours (no request data), so no escaping
-/// is needed beyond what the constants already satisfy.
+/// An RFC 9457 problem document. The detail holds no request data, but may hold the server's
+/// names (routes, parameters, headers), which the JSON encoder escapes.
 fn problem_json(status: StatusCode, detail: &str, retry_after: u64) -> String {
-    let title = status.canonical_reason().unwrap_or("Error");
-    let mut json = format!(
-        r#"{{"type":"about:blank","title":"{title}","status":{},"detail":"{detail}""#,
-        status.as_u16()
-    );
+    let mut json = serde_json::json!({
+        "type": "about:blank",
+        "title": status.canonical_reason().unwrap_or("Error"),
+        "status": status.as_u16(),
+        "detail": detail,
+    });
     if retry_after > 0 {
-        json.push_str(&format!(r#","retryAfter":{retry_after}"#));
+        json["retryAfter"] = retry_after.into();
     }
-    json.push('}');
-    json
+    json.to_string()
 }
 
 #[cfg(test)]
@@ -182,29 +201,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn retry_after_counts_the_tolerance_and_is_clamped() {
-        let ttl = Duration::from_secs(30);
-        let now = 1_000_000;
-        assert_eq!(retry_after_secs(None, now, ttl), 1);
-        // Expires in 2.5 s: live 3.5 s more, rounded up to 4.
-        assert_eq!(retry_after_secs(Some(now + 2_500), now, ttl), 4);
-        // Already expired but inside the tolerance.
-        assert_eq!(retry_after_secs(Some(now - 500), now, ttl), 1);
-        assert_eq!(retry_after_secs(Some(now - 5_000), now, ttl), 1);
-        // A clock an hour ahead: clamped to the ttl plus the tolerance.
-        assert_eq!(retry_after_secs(Some(now + 3_600_000), now, ttl), 31);
-        assert_eq!(
-            retry_after_secs(Some(now + 3_600_000), now, Duration::from_millis(1)),
-            2
-        );
-    }
-
-    #[test]
     fn problem_documents_are_json() {
-        let json = problem_json(StatusCode::LOCKED, "held", 3);
+        let parsed = |json: String| serde_json::from_str::<serde_json::Value>(&json).unwrap();
         assert_eq!(
-            json,
-            r#"{"type":"about:blank","title":"Locked","status":423,"detail":"held","retryAfter":3}"#
+            parsed(problem_json(StatusCode::LOCKED, "held", 3)),
+            serde_json::json!({"type": "about:blank", "title": "Locked", "status": 423, "detail": "held", "retryAfter": 3})
         );
+        // The server's names may hold quotes and backslashes: escaped, not breaking the JSON.
+        let detail = r#"the route `/a"b\c` has no parameter"#;
+        let quoted = parsed(problem_json(StatusCode::INTERNAL_SERVER_ERROR, detail, 0));
+        assert_eq!(quoted["detail"], detail);
+        assert_eq!(quoted.get("retryAfter"), None);
     }
 }

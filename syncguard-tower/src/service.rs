@@ -10,14 +10,16 @@ use http::{Request, Response};
 use tower::Service;
 
 use crate::body::{BoxError, ResponseBodies, Wrapped};
-use crate::config::{Config, Layered};
+use crate::config::{Config, Keyless, Layered};
+use crate::extension::RanUnlocked;
 use crate::future::{AcquireFuture, ResponseFuture};
 use crate::key::MakeKey;
 use crate::response::Rejection;
 
 /// The service [`LockLayer`](crate::LockLayer) wraps around an inner service: each request
-/// whose key function gives a key runs under that key's lock. See the layer for the
-/// behaviour and the options.
+/// runs under the lock of the key its key function gives, or is refused when there is none
+/// (unless the layer says [`Keyless::RunUnlocked`]). See the layer for the behaviour and the
+/// options.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -99,10 +101,20 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
         let Layered { make_key, config } = &*self.layered;
-        let Some(key) = make_key.make_key(&request) else {
-            return ResponseFuture::unlocked(self.inner.call(request), Arc::clone(config));
+        let key = match make_key.make_key(&request) {
+            Ok(key) => key,
+            Err(no_key) if config.keyless == Keyless::RunUnlocked && !no_key.is_misconfigured() => {
+                tracing::debug!(reason = %no_key, "syncguard_tower: no lock key for this request; running it unlocked, as the layer's Keyless::RunUnlocked says");
+                request.extensions_mut().insert(RanUnlocked::new(&no_key));
+                return ResponseFuture::unlocked(self.inner.call(request), Arc::clone(config));
+            }
+            Err(no_key) => {
+                // Never the handler without its lock: the answer and the warning say why.
+                tracing::warn!(reason = %no_key, "syncguard_tower: no lock key for this request, so it is refused without running the handler");
+                return ResponseFuture::rejected(Rejection::NoKey(no_key), Arc::clone(config));
+            }
         };
         // The service that was polled ready goes with the request; a clone stays for the next.
         let ready = self.inner.clone();

@@ -202,3 +202,14 @@ async fn an_invalid_key_is_invalid_argument() {
     assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
     assert_eq!(fixture.runs.load(Ordering::SeqCst), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_without_its_key_is_invalid_argument_naming_the_metadata() {
+    // The layer keys on `x-job-id`; a call whose entry is empty has no key, and never runs.
+    let backend = MemoryBackend::new();
+    let fixture = serve(backend.clone(), backend).await;
+    let status = run_job(&fixture.url, "", false).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("`x-job-id`"), "{status:?}");
+    assert_eq!(fixture.runs.load(Ordering::SeqCst), 0);
+}

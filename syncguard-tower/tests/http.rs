@@ -21,7 +21,7 @@ use syncguard::telemetry::{LockEvent, Operation, with_telemetry};
 use syncguard::{
     LockBackend, LockError, LockId, LockInfo, LockOptions, MemoryBackend, OnLost, RetryPolicy,
 };
-use syncguard_tower::{HeldLock, LockLayer, ReleaseOn, key};
+use syncguard_tower::{HeldLock, Keyless, LockLayer, ReleaseOn, key};
 use tower::Layer;
 
 struct Server {
@@ -192,11 +192,16 @@ async fn a_layer_around_the_whole_router_gives_the_same_answers() {
         answer.body, "000000000000004",
         "the 404 took fence 3 and let go"
     );
+    // A request without the key is refused, naming the header, and never runs.
+    let runs = probe.runs.load(Ordering::SeqCst);
     let answer = server.post("/jobs", None).await;
-    assert_eq!(
-        (answer.status, answer.body.as_str()),
-        (StatusCode::OK, "unlocked")
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{}", answer.body);
+    assert!(
+        answer.body.contains("header `idempotency-key`"),
+        "{}",
+        answer.body
     );
+    assert_eq!(probe.runs.load(Ordering::SeqCst), runs);
 }
 
 /// Five concurrent requests with one key to `server`, whose `POST /jobs` runs `probe` for
@@ -238,14 +243,14 @@ async fn one_key_runs_once_on(server: Arc<Server>, probe: &Probe) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn different_keys_run_in_parallel_and_keyless_requests_run_unlocked() {
+async fn different_keys_run_in_parallel_and_keyless_requests_run_unlocked_when_told() {
     let probe = Probe::default();
     let server = Arc::new(
         serve(job_app(
             MemoryBackend::new(),
             probe.clone(),
             Duration::from_millis(800),
-            |l| l,
+            |l| l.with_keyless(Keyless::RunUnlocked),
         ))
         .await,
     );
@@ -308,14 +313,17 @@ async fn the_handler_reads_the_lock_from_the_extension_and_the_extractor() {
             "/free",
             get(|lock: HeldLock| async move { lock.fence().to_string() }),
         )
-        .route_layer(LockLayer::new(MemoryBackend::new(), key::path_param("id")));
+        .route_layer(LockLayer::new(
+            MemoryBackend::new(),
+            key::resource("job", "id"),
+        ));
     let server = serve(app).await;
     let answer = server.post("/jobs/42", None).await;
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
-    assert_eq!(answer.body, "/jobs/{id}#42 000000000000001 22");
+    assert_eq!(answer.body, "job:42 000000000000001 22");
     let answer = server.post("/jobs/42", None).await;
-    assert_eq!(answer.body, "/jobs/{id}#42 000000000000002 22");
-    // A route without the parameter runs unlocked, and the extractor says so.
+    assert_eq!(answer.body, "job:42 000000000000002 22");
+    // A route without the parameter is refused before its handler, naming the parameter.
     let response = server
         .client
         .request(
@@ -326,6 +334,12 @@ async fn the_handler_reads_the_lock_from_the_extension_and_the_extractor() {
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let body = String::from_utf8(body.to_vec()).unwrap();
+    assert!(
+        body.contains("`{id}`") && body.contains("`/free`"),
+        "{body}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -341,11 +355,8 @@ async fn path_params_serialize_one_job_and_not_the_others() {
             }),
         )
         .route_layer(
-            LockLayer::new(
-                MemoryBackend::new(),
-                key::path_param("id").with_prefix("job:"),
-            )
-            .with_contended_status(StatusCode::CONFLICT),
+            LockLayer::new(MemoryBackend::new(), key::resource("job", "id"))
+                .with_contended_status(StatusCode::CONFLICT),
         );
     let server = serve(app).await;
     let (a, b, c) = tokio::join!(
@@ -676,8 +687,12 @@ async fn a_backend_failure_is_a_503_and_the_handler_never_runs() {
     );
     assert_eq!(retry_after(&answer), 1);
     assert_eq!(runs.load(Ordering::SeqCst), 0);
-    // Without a key there is nothing to lock: the request runs.
-    assert_eq!(server.post("/jobs", None).await.status, StatusCode::OK);
+    // Without a key the request is refused before the backend is asked, and never runs.
+    assert_eq!(
+        server.post("/jobs", None).await.status,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
 }
 
 /// A handler whose body streams 6 chunks, 100 ms apart.
@@ -754,12 +769,13 @@ async fn release_on_response_frees_the_key_before_the_body_streams() {
     assert_eq!(after, StatusCode::OK);
 }
 
-/// `key::path_param` as its docs say axum 0.8 runs it: under `Router::route_layer` and
-/// `Router::layer` a matched request is locked on its route parameter (a 405 for a method the
-/// route does not serve too); a request that matches no route is a plain 404; a layer around
-/// the whole router runs before routing, so every request runs unlocked.
+/// `key::route_param` as its docs say axum 0.8 runs it: under `Router::route_layer` and
+/// `Router::layer` a matched request is locked on its route and parameter (a 405 for a method
+/// the route does not serve too); a request that matches no route is a plain 404 under
+/// `route_layer`, and refused (500) under `layer`, which wraps the fallback; a layer around the
+/// whole router runs before routing, so every request is refused, never run unlocked.
 #[tokio::test]
-async fn path_param_locks_under_route_layer_and_layer_but_not_around_the_router() {
+async fn route_param_locks_under_route_layer_and_layer_and_refuses_around_the_router() {
     use tower::ServiceExt as _;
 
     fn jobs() -> Router {
@@ -791,12 +807,20 @@ async fn path_param_locks_under_route_layer_and_layer_but_not_around_the_router(
     }
 
     let backend = MemoryBackend::new();
-    let layer = || LockLayer::for_axum(backend.clone(), key::path_param("id"));
+    let layer = || LockLayer::for_axum(backend.clone(), key::route_param("id"));
     let routed = [
-        ("route_layer", jobs().route_layer(layer())),
-        ("layer", jobs().layer(layer())),
+        (
+            "route_layer",
+            jobs().route_layer(layer()),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            "layer",
+            jobs().layer(layer()),
+            StatusCode::INTERNAL_SERVER_ERROR,
+        ),
     ];
-    for (how, app) in routed {
+    for (how, app, unmatched) in routed {
         assert_eq!(
             call(app.clone(), "POST", "/jobs/7").await,
             (StatusCode::OK, "locked /jobs/{id}#7".to_owned()),
@@ -804,7 +828,7 @@ async fn path_param_locks_under_route_layer_and_layer_but_not_around_the_router(
         );
         assert_eq!(
             call(app.clone(), "POST", "/nowhere").await.0,
-            StatusCode::NOT_FOUND,
+            unmatched,
             "{how}"
         );
         assert_eq!(
@@ -838,16 +862,18 @@ async fn path_param_locks_under_route_layer_and_layer_but_not_around_the_router(
         held.release().await.unwrap();
     }
 
-    // Around the whole router, the layer runs before routing: unlocked, even while held.
-    let held = syncguard::acquire(&backend, "/jobs/{id}#7", &LockOptions::default())
-        .await
-        .unwrap();
-    let around = layer().layer(jobs());
-    assert_eq!(
-        call(around, "POST", "/jobs/7").await,
-        (StatusCode::OK, "unlocked".to_owned())
-    );
-    held.release().await.unwrap();
+    // Around the whole router, the layer runs before routing: refused, naming the fix, even
+    // under Keyless::RunUnlocked (a route that cannot give a key is no optional key).
+    for keyless in [Keyless::Refuse, Keyless::RunUnlocked] {
+        let around = layer().with_keyless(keyless).layer(jobs());
+        let (status, body) = call(around, "POST", "/jobs/7").await;
+        assert_eq!(
+            status,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "{keyless:?}: {body}"
+        );
+        assert!(body.contains("Router::route_layer"), "{body}");
+    }
 }
 
 /// What a layer's user configures it with and reads in a handler comes from this crate.
@@ -884,7 +910,7 @@ async fn the_crate_re_exports_what_a_layer_user_names() {
         .route_layer(
             LockLayer::for_axum(
                 syncguard_tower::syncguard::MemoryBackend::new(),
-                key::path_param("id"),
+                key::resource("job", "id"),
             )
             .with_options(options),
         );

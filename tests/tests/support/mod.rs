@@ -329,3 +329,62 @@ pub async fn one_key_at_a_time_over_http<B: LockBackend + 'static>(backend: B) {
     assert_eq!(parts.status, StatusCode::OK, "{body}");
     assert!(body.parse::<u64>().unwrap() > 1, "the fence grew: {body}");
 }
+
+/// `Retry-After` from the holds the layer has seen, not the holder's lease: under the default
+/// 30 s ttl (renewed by the heartbeat), a 1.5 s handler made the layer answer 31. A contender
+/// 300 ms into a hold is told 5 s (the default bound) before any hold has ended, then at most
+/// 2 s (what is likely left of a 1.5 s hold), and a client that waits that long gets in. The
+/// holder's start and lease come from the backend's lookup.
+pub async fn retry_after_follows_the_holds_over_http<B: LockBackend + 'static>(backend: B) {
+    use axum::Router;
+    use axum::body::Body;
+    use axum::routing::post;
+    use http::{Request, StatusCode};
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+    use syncguard_tower::{LockLayer, key};
+
+    // A resource of this run's own (no `:` in a resource name).
+    let resource = format!("e2e-order-{}", LockId::generate());
+    let app = Router::new()
+        .route(
+            "/orders/{id}/pay",
+            post(|| async {
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                "paid"
+            }),
+        )
+        .route_layer(LockLayer::for_axum(backend, key::resource(resource, "id")));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/orders/42/pay", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let client = Client::builder(TokioExecutor::new()).build_http::<Body>();
+    let pay = move || {
+        let request = Request::post(&url).body(Body::empty()).unwrap();
+        let client = client.clone();
+        async move {
+            let response = client.request(request).await.unwrap();
+            let retry_after = response.headers().get("retry-after");
+            let retry_after =
+                retry_after.map(|value| value.to_str().unwrap().parse::<u64>().unwrap());
+            (response.status(), retry_after)
+        }
+    };
+
+    for bound in [Some(5), None] {
+        let first = tokio::spawn(pay());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let (status, retry_after) = pay().await;
+        assert_eq!(status, StatusCode::LOCKED);
+        let retry_after = retry_after.expect("a Retry-After");
+        match bound {
+            Some(bound) => assert_eq!(retry_after, bound, "no hold has ended yet"),
+            None => {
+                assert!((1..=2).contains(&retry_after), "Retry-After {retry_after}");
+                tokio::time::sleep(Duration::from_secs(retry_after)).await;
+                assert_eq!(pay().await, (StatusCode::OK, None), "in after Retry-After");
+            }
+        }
+        assert_eq!(first.await.unwrap(), (StatusCode::OK, None));
+    }
+}
