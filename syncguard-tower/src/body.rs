@@ -231,8 +231,11 @@ where
                     }
                     Hold::Holding { guard, lost, .. } => (guard, lost),
                 };
+                // The lease is read from the clock before every poll of the body, and the lost
+                // future polled for its wake-up: after a stall the body sends nothing more once
+                // the lease has run out, whatever woke this task.
                 if let Some(lost_lock) = lost.as_mut()
-                    && lost_lock.as_mut().poll(cx).is_ready()
+                    && (guard.is_lost() || lost_lock.as_mut().poll(cx).is_ready())
                 {
                     let reason = guard.lost_reason().unwrap_or(LostReason::NotHeld);
                     let error = self::lost(guard, reason);

@@ -162,6 +162,20 @@ where
                     return Poll::Ready(Ok(rejection.into_response(this.config).map(M::wrap)));
                 }
                 StateProj::Running { inner, guard } => {
+                    let cancel = this.config.options.on_lost() != OnLost::Notify;
+                    // The lease is read from the clock before every poll of the handler (no
+                    // timer is armed for it): after a stall (a frozen runtime, a blocked
+                    // thread) the handler takes no further step once its lease has run out,
+                    // whatever woke this task.
+                    if let Some(held) = guard.as_ref().filter(|_| cancel)
+                        && let Some(reason) = held.lost_reason()
+                    {
+                        tracing::warn!(lock = %held.name(), fence = %held.fence(), %reason, "syncguard_tower: the lock was lost while the handler ran; cancelling it");
+                        this.state.set(State::Done); // drops the handler and the guard
+                        return Poll::Ready(Ok(Rejection::Lost(reason)
+                            .into_response(this.config)
+                            .map(M::wrap)));
+                    }
                     // The inner future goes first: a handler that answers at once never arms
                     // the heartbeat's timer. It runs in the hold's span, so that what the
                     // handler logs is attributed to the hold.
@@ -207,14 +221,9 @@ where
                     };
                     // The heartbeat runs here, in the request's own task: a timer for the next
                     // extend, extends inline when it fires.
-                    if let Poll::Ready(reason) = held.poll_keeper(cx)
-                        && this.config.options.on_lost() != OnLost::Notify
-                    {
-                        tracing::warn!(lock = %held.name(), fence = %held.fence(), %reason, "syncguard_tower: the lock was lost while the handler ran; cancelling it");
-                        this.state.set(State::Done); // drops the handler and the guard
-                        return Poll::Ready(Ok(Rejection::Lost(reason)
-                            .into_response(this.config)
-                            .map(M::wrap)));
+                    // A loss it records is answered above.
+                    if held.poll_keeper(cx).is_ready() && cancel {
+                        continue;
                     }
                     return Poll::Pending;
                 }
