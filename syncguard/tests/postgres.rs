@@ -1216,45 +1216,41 @@ async fn insert_uncommitted_lock(
 /// Until the plain acquire statement of a backend on `schema` (its SQL names the schema)
 /// waits on a row another transaction inserted.
 async fn wait_for_the_plain_acquire(pool: &PgPool, schema: &str) {
-    let waiting = format!("%\"{schema}\"%pg_try_advisory_xact_lock%");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let waits: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1",
-        )
-        .bind(&waiting)
-        .fetch_one(pool)
-        .await
-        .unwrap();
-        if waits > 0 {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the plain acquire statement never waited on the uncommitted row"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let waiting = "wait_event_type = 'Lock'";
+    until_plain_acquires(
+        pool,
+        schema,
+        waiting,
+        true,
+        "never waited on the uncommitted row",
+    )
+    .await;
 }
 
 /// Until no plain acquire statement of a backend on `schema` is running.
 async fn wait_until_the_plain_acquire_ended(pool: &PgPool, schema: &str) {
-    let running = format!("%\"{schema}\"%pg_try_advisory_xact_lock%");
+    until_plain_acquires(pool, schema, "state = 'active'", false, "never ended").await;
+}
+
+/// Until some (`any`), or no, plain acquire statement of a backend on `schema` is in
+/// `pg_stat_activity` with `condition`.
+async fn until_plain_acquires(pool: &PgPool, schema: &str, condition: &str, any: bool, or: &str) {
+    let statement = format!("%\"{schema}\"%pg_try_advisory_xact_lock%");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let active: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE $1",
-        )
-        .bind(&running)
+        let found: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE {condition} AND query LIKE $1"
+        )))
+        .bind(&statement)
         .fetch_one(pool)
         .await
         .unwrap();
-        if active == 0 {
+        if (found > 0) == any {
             return;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "the plain acquire statement never ended"
+            "the plain acquire statement {or}"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

@@ -472,13 +472,13 @@ async fn batched_acquire_as_keeps_exclusivity() {
 /// the acquire took, unless a re-entry marked it, handing its lock id to another caller.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_orphan_release_leaves_a_reentered_lock() {
-    let mut conn = raw(&redis_url()).await;
     let backend = crate::manager_backend().await;
     let batch = format!(
         "{}\nreturn batch(KEYS, ARGV)",
         include_str!("../../src/redis/lua/batch.lua")
     );
-    let release_orphan = |lock_id: &LockId| {
+    // The reply of the `O` operation on `lock_id`.
+    let release_orphan = async |lock_id: &LockId| -> redis::Value {
         let index_key = backend.index_key(lock_id).unwrap();
         let prefix = index_key.strip_suffix(lock_id.as_str()).unwrap().to_owned();
         let mut cmd = crate::eval(&batch, &[&index_key]);
@@ -487,29 +487,25 @@ async fn an_orphan_release_leaves_a_reentered_lock() {
             .arg("")
             .arg("O")
             .arg(lock_id.as_str());
-        cmd
+        let mut conn = raw(&redis_url()).await;
+        let reply: Vec<redis::Value> = cmd.query_async(&mut conn).await.unwrap();
+        reply[1].clone()
     };
     let ttl = Duration::from_secs(30);
 
     let key = unique("orphan-not-reentered");
     let taken = acquired_as(&backend, &key, ttl, "client-a").await;
-    let reply: Vec<redis::Value> = release_orphan(&taken.lock_id)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(reply[1], redis::Value::Int(1), "released: {reply:?}");
+    let reply = release_orphan(&taken.lock_id).await;
+    assert_eq!(reply, redis::Value::Int(1), "released: {reply:?}");
     assert!(!backend.is_locked(&key).await.unwrap());
 
     let key = unique("orphan-reentered");
     let taken = acquired_as(&backend, &key, ttl, "client-a").await;
     let again = acquired_as(&backend, &key, ttl, "client-a").await;
     assert_eq!(again.lock_id, taken.lock_id);
-    let reply: Vec<redis::Value> = release_orphan(&taken.lock_id)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let reply = release_orphan(&taken.lock_id).await;
     assert_eq!(
-        reply[1],
+        reply,
         redis::Value::Int(0),
         "left to the re-entry: {reply:?}"
     );
@@ -521,12 +517,9 @@ async fn an_orphan_release_leaves_a_reentered_lock() {
     // An extend keeps the mark.
     let extended = backend.extend(&taken.lock_id, ttl).await.unwrap();
     assert!(extended.expires_at_ms().is_some());
-    let reply: Vec<redis::Value> = release_orphan(&taken.lock_id)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let reply = release_orphan(&taken.lock_id).await;
     assert_eq!(
-        reply[1],
+        reply,
         redis::Value::Int(0),
         "still left after an extend: {reply:?}"
     );
