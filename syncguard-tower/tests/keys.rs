@@ -242,6 +242,11 @@ fn spawn_call(app: &Router, path: &'static str) -> tokio::task::JoinHandle<(Stat
 /// takes 600 ms and answers its key and fence. With the router, the most handlers of order 42
 /// that ran at once.
 fn orders_app(retry: RetryPolicy) -> (Router, Arc<AtomicUsize>) {
+    orders_app_in(retry, false)
+}
+
+/// [`orders_app`], the orders' routes in a router nested at `/orders` when `nested`.
+fn orders_app_in(retry: RetryPolicy, nested: bool) -> (Router, Arc<AtomicUsize>) {
     let options = LockOptions::builder().retry(retry).build().unwrap();
     let (inside, max_inside) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let most = Arc::clone(&max_inside);
@@ -268,15 +273,23 @@ fn orders_app(retry: RetryPolicy) -> (Router, Arc<AtomicUsize>) {
     let orders = LockLayer::for_axum(backend.clone(), key::resource("order", "id"))
         .with_options(options.clone());
     let users = LockLayer::for_axum(backend, key::resource("user", "id")).with_options(options);
-    let app = Router::new()
-        .route("/orders/{id}/pay", post(order.clone()))
-        .route("/orders/{id}/refund", post(order))
-        .route_layer(orders)
-        .merge(
-            Router::new()
-                .route("/users/{id}", post(user))
-                .route_layer(users),
-        );
+    let app = if nested {
+        let orders = Router::new()
+            .route("/{id}/pay", post(order.clone()))
+            .route("/{id}/refund", post(order))
+            .route_layer(orders);
+        Router::new().nest("/orders", orders)
+    } else {
+        Router::new()
+            .route("/orders/{id}/pay", post(order.clone()))
+            .route("/orders/{id}/refund", post(order))
+            .route_layer(orders)
+    };
+    let app = app.merge(
+        Router::new()
+            .route("/users/{id}", post(user))
+            .route_layer(users),
+    );
     (app, most)
 }
 
@@ -292,7 +305,18 @@ async fn pay_then_refund(app: &Router) -> [tokio::task::JoinHandle<(StatusCode, 
 /// a user with the same id run meanwhile, each under its own lock.
 #[tokio::test]
 async fn two_routes_on_one_order_exclude_each_other_and_other_resources_do_not() {
-    let (app, max_inside) = orders_app(RetryPolicy::single_attempt());
+    one_order_at_a_time(false).await;
+}
+
+/// The same with the orders' routes in a nested router, whose inner services see the URI
+/// without the nest's prefix (the key was read from the wrong segments: `order:pay`).
+#[tokio::test]
+async fn two_routes_on_one_order_exclude_each_other_in_a_nested_router() {
+    one_order_at_a_time(true).await;
+}
+
+async fn one_order_at_a_time(nested: bool) {
+    let (app, max_inside) = orders_app_in(RetryPolicy::single_attempt(), nested);
     let [pay, refund] = pay_then_refund(&app).await;
     let other_order = spawn_call(&app, "/orders/43/refund");
     let user = spawn_call(&app, "/users/42");

@@ -6,7 +6,7 @@
 
 use std::borrow::Cow;
 
-use axum::extract::MatchedPath;
+use axum::extract::{MatchedPath, OriginalUri};
 use http::Request;
 
 use super::{MakeKey, NoKey};
@@ -188,7 +188,13 @@ fn param_value<B>(
             key_function()
         )));
     };
-    route_value(matched.as_str(), request.uri().path(), param).ok_or_else(|| {
+    // The route template is the whole one, nest prefixes included; so is the original URI, while
+    // a nested router's inner services see the URI with the prefix stripped.
+    let path = request
+        .extensions()
+        .get::<OriginalUri>()
+        .map_or_else(|| request.uri().path(), |original| original.0.path());
+    route_value(matched.as_str(), path, param).ok_or_else(|| {
         NoKey::misconfigured(format!(
             "the route `{}` has no parameter `{{{param}}}`, which {} reads: put the layer only on routes with that parameter, or name the parameter the route has",
             matched.as_str(),
