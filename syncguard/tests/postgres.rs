@@ -1579,48 +1579,69 @@ async fn lose_an_acquire_as(backend: &PostgresBackend, key: &str, holder: &str) 
     }
 }
 
-/// A lost `acquire_as` whose holder's next `acquire_as` re-enters the lock it took (and is told
-/// it holds it): the background releases of the lost call leave that lock to its holder.
+/// A lost `acquire_as` whose lock is claimed before its background releases are done: by its
+/// holder's next `acquire_as`, which re-enters it and is told it holds it, or by an extend of
+/// its lock id (as `syncguard-server`'s renew does after looking the lock up). The releases of
+/// the lost call leave that lock to its holder.
 #[tokio::test]
-async fn a_lost_acquire_as_reentered_is_left_to_its_holder() {
+async fn a_lost_acquire_as_claimed_is_left_to_its_holder() {
     let operation_timeout = Duration::from_millis(300);
     let backend =
         backend_with(PostgresConfig::new().with_operation_timeout(operation_timeout)).await;
-    // The re-entry races the lost call's releases (the first may land after the statement):
-    // tried until it re-entered the lock the lost call took.
+    for claim in ["re-entry", "extend_by"] {
+        lost_acquire_as_claimed_by(&backend, claim, operation_timeout).await;
+    }
+}
+
+async fn lost_acquire_as_claimed_by(backend: &PostgresBackend, claim: &str, timeout: Duration) {
+    // The claim races the lost call's releases (the first may land after the statement):
+    // tried until it claimed the lock the lost call took.
     for _ in 0..5 {
         let key = conformance::unique_key("lost-acquire-as");
-        lose_an_acquire_as(&backend, &key, "client-a").await;
-        let Some(landed) = syncguard::get_by_key_raw(&backend, &key).await.unwrap() else {
-            continue; // released before the re-entry: nothing to hand over
+        lose_an_acquire_as(backend, &key, "client-a").await;
+        let Some(landed) = syncguard::get_by_key_raw(backend, &key).await.unwrap() else {
+            continue; // released before the claim: nothing to hand over
         };
-        let lease = backend
-            .acquire_as(&key, Duration::from_secs(30), "client-a")
-            .await
-            .unwrap()
-            .lease()
-            .expect("re-entered or taken");
-        if lease.lock_id != landed.lock_id {
-            assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+        let claimed = match claim {
+            "re-entry" => {
+                let lease = backend
+                    .acquire_as(&key, Duration::from_secs(30), "client-a")
+                    .await
+                    .unwrap()
+                    .lease()
+                    .expect("re-entered or taken");
+                if lease.lock_id != landed.lock_id {
+                    assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+                    continue;
+                }
+                true
+            }
+            _ => {
+                let by = Duration::from_secs(30);
+                let extended = backend.extend_by(&landed.lock_id, by).await.unwrap();
+                extended.expires_at_ms().is_some()
+            }
+        };
+        if !claimed {
             continue;
         }
         // Longer than the background releases take (three, `2 × operation timeout` apart).
-        tokio::time::sleep(operation_timeout * 2 * 3 + Duration::from_millis(500)).await;
-        let raw = syncguard::get_by_key_raw(&backend, &key)
+        tokio::time::sleep(timeout * 2 * 3 + Duration::from_millis(500)).await;
+        let raw = syncguard::get_by_key_raw(backend, &key)
             .await
             .unwrap()
-            .expect("still held by its holder");
-        assert_eq!(raw.lock_id, lease.lock_id);
-        assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+            .unwrap_or_else(|| panic!("released under its holder after a {claim}"));
+        assert_eq!(raw.lock_id, landed.lock_id);
+        assert!(backend.release(&raw.lock_id).await.unwrap().is_released());
         return;
     }
-    panic!("the re-entry never came before the lost call's releases");
+    panic!("the {claim} never came before the lost call's releases");
 }
 
-/// A lost `acquire_as` that nobody re-entered is released in the background, as a plain
+/// A lost `acquire_as` that nobody claimed is released in the background, as a plain
 /// acquire in doubt is: its key is free long before the lock's 30 s ttl.
 #[tokio::test]
-async fn a_lost_acquire_as_nobody_reentered_is_released() {
+async fn a_lost_acquire_as_nobody_claimed_is_released() {
     let operation_timeout = Duration::from_millis(300);
     let backend =
         backend_with(PostgresConfig::new().with_operation_timeout(operation_timeout)).await;

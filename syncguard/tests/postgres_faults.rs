@@ -439,10 +439,12 @@ async fn a_min_hold_release_landing_late_keeps_nothing_past_min_hold() {
     let cut_off = backend_on(&url_at(proxy.addr()), 2, config).await;
     let direct = backend_on(&postgres_url(), 2, PostgresConfig::new()).await;
     let key = key("min-hold-partition");
-    // Warm a connection, so that the operations go out on it.
+    // Warm a connection, so that the operations go out on it. A connection whose statement
+    // timed out is closed, so the held release may never be delivered: the test checks the
+    // bound, not the landing.
     assert!(!cut_off.is_locked(&key).await.unwrap());
     min_hold_partition::a_min_hold_release_landing_late_keeps_nothing_past_min_hold(
-        cut_off, direct, &proxy, &key,
+        cut_off, direct, &proxy, &key, false,
     )
     .await;
 }
@@ -520,6 +522,14 @@ async fn a_failed_acquire_stores_nothing_whatever_the_tables_were_altered_to() {
                         .lease()
                         .unwrap_or_else(|| panic!("{sql} ({holder:?}): a free key is contended"));
                     assert_eq!(rows, 1, "{sql} ({holder:?})");
+                    // Refused by the plain statement's caller, then by the acquire function.
+                    for _ in 0..2 {
+                        let refused = backend.acquire(&key, Duration::from_secs(30)).await;
+                        assert!(
+                            matches!(&refused, Ok(outcome) if outcome.is_contended()),
+                            "{sql} ({holder:?}): a held key is contended, got {refused:?}"
+                        );
+                    }
                     let stored: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
                         "SELECT expires_at_ms::TEXT FROM {locks} WHERE key = $1"
                     )))

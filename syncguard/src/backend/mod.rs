@@ -150,6 +150,12 @@ pub trait LockBackend: Send + Sync {
     /// then with this call, so that a request delayed in the network can never keep the lock
     /// past the time it names (an extend counts its ttl from its arrival).
     ///
+    /// A guard names the end of its minimum hold as its acquire's expiry less its ttl (when
+    /// the backend took the lock) plus `min_hold`: a backend that implements this reports
+    /// expiries of exactly *the time it took the lock + ttl*, on the clock this call reads.
+    /// Like an extend, it claims the lock (see [`acquire_as`](Self::acquire_as)'s in-doubt
+    /// releases in the backends' documentation).
+    ///
     /// The built-in backends implement it; the default refuses with
     /// [`LockError::InvalidArgument`], and a guard with `min_hold` then fails its release
     /// (the lock expires at the end of its lease).

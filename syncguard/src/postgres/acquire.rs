@@ -18,10 +18,11 @@
 //!   only when another holder's lock is live now, and then no lock of this holder is.
 //! - **In doubt** (timed out, connection failed mid-statement, caller gone): the lock id the
 //!   call generated is stored only if the call took a fresh lock. Released in the background
-//!   (`in_doubt.rs`) by that id, but only while the lock is not marked re-entered: a later
-//!   `acquire_as` of the same holder, in this process or in another one sharing the tables,
-//!   re-enters such a lock, marks it (`reentered`) and is told it holds it, under that lock id;
-//!   releasing it then would take the lock from under that caller. A lost re-entry leaves no
+//!   (`in_doubt.rs`) by that id, but only while the lock is `unclaimed`: a later `acquire_as`
+//!   of the same holder, in this process or in another one sharing the tables, re-enters such
+//!   a lock and is told it holds it, under that lock id, and an extend by that id means
+//!   someone holds it; both claim the lock, and releasing it then would take it from under
+//!   that caller. A lost re-entry leaves no
 //!   lock of that id (the lock re-entered keeps its own), so nothing is released: that lock is
 //!   one its holder held before the call.
 

@@ -2,8 +2,9 @@
 //! caller dropped it mid-statement may have taken the lock, or may still take it when a
 //! statement held up in the network arrives. Nobody would hold that lock until its ttl ran
 //! out. Its lock id is unique to that attempt, so releasing it is safe whatever happened. An
-//! acquire with a holder is released only while its lock is not marked re-entered: a re-entry
-//! hands the lock id to another caller, whose lock it then is (see `acquire.rs`).
+//! acquire with a holder is released only while its lock is unclaimed: a re-entry hands the
+//! lock id to another caller, and an extend uses it, after which the lock is theirs (see
+//! `acquire.rs`).
 
 use std::time::Duration;
 
@@ -29,7 +30,7 @@ struct Pending {
     backend: PostgresBackend,
     lock_id: LockId,
     ttl: Duration,
-    /// An acquire with a holder: its lock is released only while nobody re-entered it.
+    /// An acquire with a holder: its lock is released only while nobody claimed it.
     holder: bool,
 }
 
@@ -105,9 +106,17 @@ async fn release_in_doubt(backend: PostgresBackend, lock_id: LockId, ttl: Durati
     // Long enough for a statement still in flight to have landed.
     let pause = backend.config().operation_timeout() * 2;
     for _ in 0..RELEASES {
-        if let Ok(ReleaseOutcome::Released) = backend.release_with(release, &lock_id).await {
-            tracing::debug!("syncguard: released a PostgreSQL lock whose acquire was in doubt");
-            return;
+        match backend.release_with(release, &lock_id).await {
+            Ok(ReleaseOutcome::Released) => {
+                tracing::debug!("syncguard: released a PostgreSQL lock whose acquire was in doubt");
+                return;
+            }
+            // Tables set up by an older version (no `unclaimed` column): nothing to retry.
+            Err(error) if error.code() == ErrorCode::Internal => {
+                tracing::warn!(%error, "syncguard: could not release a PostgreSQL lock whose acquire was in doubt; it stays until its ttl");
+                return;
+            }
+            _ => {}
         }
         if Instant::now() + pause >= gone {
             return;

@@ -49,7 +49,7 @@
 //!
 //! | table | columns | indexes |
 //! |---|---|---|
-//! | `syncguard_locks`: one row per lock, live or expired | `key TEXT PRIMARY KEY` (the storage key), `lock_id TEXT` (22 base64url characters), `expires_at_ms BIGINT`, `acquired_at_ms BIGINT` (Unix ms, server time), `fence TEXT` (15 digits), `user_key TEXT` (the normalized key), `holder TEXT` (the holder given to `acquire_as`, `NULL` for none), `contended BOOLEAN` (whether an acquire was refused during this hold, so that its release wakes the waiters; `NULL`: not known), `reentered BOOLEAN` (`TRUE` once an `acquire_as` of its holder re-entered it) | unique on `lock_id`; on `expires_at_ms` |
+//! | `syncguard_locks`: one row per lock, live or expired | `key TEXT PRIMARY KEY` (the storage key), `lock_id TEXT` (22 base64url characters), `expires_at_ms BIGINT`, `acquired_at_ms BIGINT` (Unix ms, server time), `fence TEXT` (15 digits), `user_key TEXT` (the normalized key), `holder TEXT` (the holder given to `acquire_as`, `NULL` for none), `contended BOOLEAN` (whether an acquire was refused during this hold, so that its release wakes the waiters; `NULL`: not known), `unclaimed BOOLEAN` (`TRUE` while only the `acquire_as` that took it has used its lock id; `NULL` once claimed) | unique on `lock_id`; on `expires_at_ms` |
 //! | `syncguard_fence_counters`: one row per key ever locked, **never deleted** | `fence_key TEXT PRIMARY KEY`, `fence BIGINT` (the last fence given), `key_debug TEXT` (the key) | |
 //!
 //! Every column is `NOT NULL` but `key_debug`, `holder` and `contended`. The acquire function,
@@ -93,7 +93,7 @@
 //! ## Compatibility with the TypeScript reference
 //!
 //! The tables and indexes are the reference's (its optional generated `expires_at_ts` and
-//! `acquired_at_ts` columns may be added), plus the nullable `holder`, `contended` and `reentered`
+//! `acquired_at_ts` columns may be added), plus the nullable `holder`, `contended` and `unclaimed`
 //! columns, which the reference never names: its inserts leave them `NULL` (no holder: `acquire_as` does
 //! not re-enter such a lock, and lookups show none; whether anyone was refused is not known:
 //! our release of such a lock is announced), and its releases and extends keep them with the
@@ -225,9 +225,10 @@
 //!   dropped it mid-statement) may still take the lock when its statement lands: its lock id
 //!   is released in the background, up to three times, a little apart, so that the key is not
 //!   held by nobody until its ttl. An `acquire_as` in doubt is released the same way, but
-//!   only while its lock is not marked `reentered`: a later `acquire_as` of the same holder
-//!   (in this process or another) that re-entered it was handed its lock id, and keeps it. (A
-//!   lost re-entry leaves no lock under the call's own lock id: nothing is released.)
+//!   only while its lock is `unclaimed`: a new lock taken with a holder is stored unclaimed,
+//!   and any re-entry, extend or `expire_at` by its lock id claims it (a later `acquire_as`
+//!   of the same holder, in this process or another, was handed that id, or someone renews
+//!   it). A lost re-entry leaves no lock under the call's own lock id: nothing is released.
 //!
 //! ## Errors
 //!

@@ -12,8 +12,9 @@ CREATE TABLE IF NOT EXISTS {locks} (
   holder TEXT,                   -- who took it (LockBackend::acquire_as); NULL when nobody said
   contended BOOLEAN,             -- an acquire was refused during this hold: its release announces
                                  -- itself; FALSE: nobody was; NULL: not known (announced)
-  reentered BOOLEAN              -- TRUE once an acquire with its holder re-entered it (its lock id
-                                 -- was handed to a caller other than the one that took it)
+  unclaimed BOOLEAN              -- TRUE while only the acquire with a holder that took it has used
+                                 -- its lock id (no re-entry, extend or release since): a release
+                                 -- of that acquire in doubt may delete it
 );
 CREATE UNIQUE INDEX IF NOT EXISTS {idx_lock_id} ON {locks} (lock_id);
 CREATE INDEX IF NOT EXISTS {idx_expires} ON {locks} (expires_at_ms);
@@ -43,12 +44,12 @@ BEGIN
 END
 $syncguard$;
 
--- The reentered column, added likewise. Existing rows read NULL: never re-entered since.
+-- The unclaimed column, added likewise. Existing rows read NULL: claimed, never released in doubt.
 DO $syncguard$
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM pg_attribute
-                 WHERE attrelid = '{locks}'::regclass AND attname = 'reentered' AND NOT attisdropped) THEN
-    ALTER TABLE {locks} ADD COLUMN IF NOT EXISTS reentered BOOLEAN;
+                 WHERE attrelid = '{locks}'::regclass AND attname = 'unclaimed' AND NOT attisdropped) THEN
+    ALTER TABLE {locks} ADD COLUMN IF NOT EXISTS unclaimed BOOLEAN;
   END IF;
 END
 $syncguard$;
@@ -64,7 +65,7 @@ LANGUAGE plpgsql AS $syncguard$
 BEGIN
   NEW.holder := NULL;
   NEW.contended := NULL;
-  NEW.reentered := NULL;
+  NEW.unclaimed := NULL;
   RETURN NEW;
 END
 $syncguard$;
@@ -92,7 +93,8 @@ CREATE TABLE IF NOT EXISTS {fences} (
 -- the reference's, so acquires by TypeScript services serialize with these. With a holder
 -- (p_holder, NULL for none), a live lock stored with the same holder is re-entered: a fresh
 -- lease (expires now + ttl, acquired now), the same lock id, fence and contended mark, and
--- marked re-entered (an acquire whose caller never learnt its outcome then leaves it be). A new
+-- claimed (its lock id is handed to this caller: a release of the acquire that took it, in
+-- doubt, leaves it be). A new lock taken with a holder is unclaimed until then. A new
 -- lock is not contended. Returns the lock id held: the new one, or the re-entered one;
 -- refused, it returns FALSE with the live holder's expires_at_ms (the waiter tries again when
 -- that lease ends), and marks the lock contended, so that its release wakes the waiters (the
@@ -127,7 +129,7 @@ BEGIN
   IF v_stored AND v_current.expires_at_ms > v_now - p_tolerance_ms THEN
     IF p_holder IS NOT NULL AND v_current.holder = p_holder THEN
       UPDATE {locks} AS l SET expires_at_ms = v_now + p_ttl_ms, acquired_at_ms = v_now,
-        reentered = TRUE
+        unclaimed = NULL
         WHERE l.key = p_key;
       RETURN QUERY SELECT TRUE, v_now + p_ttl_ms, v_current.fence::BIGINT, v_current.lock_id;
       RETURN;
@@ -142,7 +144,7 @@ BEGIN
     IF v_current.contended IS FALSE THEN
       UPDATE {locks} AS l SET contended = TRUE WHERE l.key = p_key;
     END IF;
-    RETURN QUERY SELECT FALSE, v_current.expires_at_ms, NULL::BIGINT, NULL::TEXT;
+    RETURN QUERY SELECT FALSE, v_current.expires_at_ms::BIGINT, NULL::BIGINT, NULL::TEXT;
     RETURN;
   END IF;
 
@@ -167,8 +169,9 @@ BEGIN
   IF v_stored THEN
     DELETE FROM {locks} AS l WHERE l.key = p_key;
   END IF;
-  INSERT INTO {locks} (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key, holder, contended)
-  VALUES (p_key, p_lock_id, v_now + p_ttl_ms, v_now, lpad(v_fence::TEXT, 15, '0'), p_user_key, p_holder, FALSE);
+  INSERT INTO {locks} (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key, holder, contended, unclaimed)
+  VALUES (p_key, p_lock_id, v_now + p_ttl_ms, v_now, lpad(v_fence::TEXT, 15, '0'), p_user_key, p_holder, FALSE,
+          CASE WHEN p_holder IS NOT NULL THEN TRUE END);
   RETURN QUERY SELECT TRUE, v_now + p_ttl_ms, v_fence, p_lock_id;
 END
 $syncguard$;

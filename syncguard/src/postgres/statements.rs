@@ -131,18 +131,20 @@ impl Inner {
                  RETURNING l.user_key::TEXT AS user_key{announced}"
             )),
             // As `release`, for a lock an acquire with a holder may have taken for a caller
-            // that never learnt it: not once a re-entry handed its lock id to another caller.
+            // that never learnt it: only while it is unclaimed (no re-entry, extend or release
+            // has used its lock id since).
             release_orphan: statement(format!(
                 "DELETE FROM {locks} AS l WHERE l.lock_id = $1 AND l.expires_at_ms > {now} - $2 \
-                 AND l.reentered IS NOT TRUE RETURNING l.user_key::TEXT AS user_key{announced}"
+                 AND l.unclaimed RETURNING l.user_key::TEXT AS user_key{announced}"
             )),
             lock_id_stored: statement(format!(
                 "SELECT EXISTS (SELECT 1 FROM {locks} WHERE lock_id = $1)"
             )),
+            // Every extend claims the lock: its lock id is in use (see `release_orphan`).
             extend: statement(format!(
                 "WITH target AS (SELECT 1 FROM {locks} WHERE lock_id = $1), \
                  clock AS (SELECT {now} AS ms), \
-                 extended AS (UPDATE {locks} SET expires_at_ms = clock.ms + $2 FROM clock \
+                 extended AS (UPDATE {locks} SET expires_at_ms = clock.ms + $2, unclaimed = NULL FROM clock \
                    WHERE lock_id = $1 AND expires_at_ms > clock.ms - $3 RETURNING expires_at_ms::BIGINT AS expires_at_ms) \
                  SELECT (SELECT expires_at_ms FROM extended) AS expires_at_ms, EXISTS (SELECT 1 FROM target) AS found"
             )),
@@ -150,7 +152,7 @@ impl Inner {
             extend_by: statement(format!(
                 "WITH target AS (SELECT 1 FROM {locks} WHERE lock_id = $1), \
                  clock AS (SELECT {now} AS ms), \
-                 extended AS (UPDATE {locks} SET expires_at_ms = expires_at_ms + $2 FROM clock \
+                 extended AS (UPDATE {locks} SET expires_at_ms = expires_at_ms + $2, unclaimed = NULL FROM clock \
                    WHERE lock_id = $1 AND expires_at_ms > clock.ms - $3 RETURNING expires_at_ms::BIGINT AS expires_at_ms) \
                  SELECT (SELECT expires_at_ms FROM extended) AS expires_at_ms, EXISTS (SELECT 1 FROM target) AS found"
             )),
@@ -158,7 +160,7 @@ impl Inner {
             expire_at: statement(format!(
                 "WITH target AS (SELECT 1 FROM {locks} WHERE lock_id = $1), \
                  clock AS (SELECT {now} AS ms), \
-                 extended AS (UPDATE {locks} SET expires_at_ms = $2 FROM clock \
+                 extended AS (UPDATE {locks} SET expires_at_ms = $2, unclaimed = NULL FROM clock \
                    WHERE lock_id = $1 AND expires_at_ms > clock.ms - $3 RETURNING expires_at_ms::BIGINT AS expires_at_ms) \
                  SELECT (SELECT expires_at_ms FROM extended) AS expires_at_ms, EXISTS (SELECT 1 FROM target) AS found"
             )),

@@ -23,14 +23,14 @@ pub(crate) enum Op {
         holder: Option<String>,
     },
     /// `lock_key` when the caller knows it (it took the lock): the index is not read.
-    /// `orphan`: the lock of an acquire as a holder whose caller never learnt it, released
-    /// only while no re-entry handed its lock id to another caller (by its index only).
     Release {
         lock_key: Option<String>,
         index_key: String,
         lock_id: LockId,
-        orphan: bool,
     },
+    /// The release of the lock an acquire as a holder took for a caller that never learnt it:
+    /// only while it is unclaimed (no re-entry or extend used its lock id since).
+    ReleaseUnclaimed { index_key: String, lock_id: LockId },
     /// `extend`, `extend_by` and `expire_at`, as `expiry` says.
     Extend {
         lock_key: Option<String>,
@@ -58,13 +58,14 @@ impl Op {
             Op::Release { lock_key, .. } | Op::Extend { lock_key, .. } => {
                 1 + usize::from(lock_key.is_some())
             }
+            Op::ReleaseUnclaimed { .. } => 1,
         }
     }
 
     pub(super) fn args(&self) -> usize {
         match self {
             Op::Acquire { holder, .. } => 5 + usize::from(holder.is_some()),
-            Op::Release { .. } => 2,
+            Op::Release { .. } | Op::ReleaseUnclaimed { .. } => 2,
             Op::Extend { expiry, .. } => match expiry {
                 NewExpiry::FromNow(_) => 4,
                 NewExpiry::Added(_) | NewExpiry::At(_) => 3,
@@ -94,6 +95,7 @@ impl Op {
                 index_key,
                 ..
             } => lock_key.as_ref().map_or(0, String::len) + index_key.len() + 24,
+            Op::ReleaseUnclaimed { index_key, .. } => index_key.len() + 24,
             Op::Extend {
                 lock_key,
                 index_key,
@@ -182,6 +184,9 @@ pub(super) async fn send(
                 }
                 cmd.arg(index_key.as_str());
             }
+            Op::ReleaseUnclaimed { index_key, .. } => {
+                cmd.arg(index_key.as_str());
+            }
         }
     }
     cmd.arg(TIME_TOLERANCE_MS)
@@ -206,17 +211,13 @@ pub(super) async fn send(
                 }
             }
             Op::Release {
-                lock_key,
-                lock_id,
-                orphan,
-                ..
+                lock_key, lock_id, ..
             } => {
-                let op = match (orphan, lock_key.is_some()) {
-                    (true, _) => "O",
-                    (false, true) => "r",
-                    (false, false) => "R",
-                };
-                cmd.arg(op).arg(lock_id.as_str());
+                cmd.arg(if lock_key.is_some() { "r" } else { "R" })
+                    .arg(lock_id.as_str());
+            }
+            Op::ReleaseUnclaimed { lock_id, .. } => {
+                cmd.arg("O").arg(lock_id.as_str());
             }
             Op::Extend {
                 lock_key,

@@ -35,7 +35,7 @@
 //!
 //! | what | Redis key | value | TTL |
 //! |---|---|---|---|
-//! | lock | `make_storage_key(prefix, key, 1000, 26)`, e.g. `syncguard:job:42` | JSON `{lockId, expiresAtMs, acquiredAtMs, key, fence}`, plus `holder` for a lock taken with `acquire_as`, `"reentered":true` once an `acquire_as` of its holder re-entered it, and `"contended":true` last once an acquire was refused on it | ttl + 1 s |
+//! | lock | `make_storage_key(prefix, key, 1000, 26)`, e.g. `syncguard:job:42` | JSON `{lockId, expiresAtMs, acquiredAtMs, key, fence}`, plus `holder` for a lock taken with `acquire_as`, `"unclaimed":true` after the expiry for a lock taken with `acquire_as` until a re-entry or an extend uses its lock id, and `"contended":true` last once an acquire was refused on it | ttl + 1 s |
 //! | index | `make_storage_key(prefix, "id:" + lockId, 1000, 26)`, e.g. `syncguard:id:<22 chars>` | the lock key | same as the lock |
 //! | fence | [`make_fence_key`](crate::key::make_fence_key)`(prefix, lock key, 1000, 26)`, e.g. `syncguard:fence:syncguard:job:42` | `INCR` counter | none, never deleted |
 //!
@@ -89,9 +89,9 @@
 //! request arrives later on another connection. What remains possible: the key is held by
 //! nobody until that release lands (at most its ttl), and a request held up longer than
 //! those resends lands after the last of them, so that its lock stays until its ttl. An
-//! `acquire_as` in doubt is released the same way, but only while its lock is not marked
-//! `reentered`: a later `acquire_as` of the same holder that re-entered it was handed its lock
-//! id, and keeps it.
+//! `acquire_as` in doubt is released the same way, but only while its lock is unclaimed: a
+//! later `acquire_as` of the same holder that re-entered it was handed its lock id, and an
+//! extend by that id means someone holds it; either claims the lock, which is then kept.
 //!
 //! ## Waiting
 //!

@@ -106,7 +106,6 @@ impl RedisBackend {
                 lock_key: self.inner.known.take(lock_id),
                 index_key,
                 lock_id: lock_id.clone(),
-                orphan: false,
             })
             .await?
             .value;

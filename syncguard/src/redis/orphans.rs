@@ -12,10 +12,10 @@
 //! is safe whatever happened. The set is bounded, and nothing is kept past the lock's ttl
 //! (plus the tolerance), when it would be gone anyway.
 //!
-//! An acquire as a holder (`acquire_as`) is released here only while its lock is not marked
-//! re-entered: a re-entry hands the lock id to another call of the same holder, whose lock it
-//! then is. (A lost re-entry leaves no lock under the attempt's own id: the lock it re-entered
-//! keeps its id, and was its holder's before the call.)
+//! An acquire as a holder (`acquire_as`) is released here only while its lock is unclaimed:
+//! a re-entry hands the lock id to another call of the same holder, and an extend uses it,
+//! after which the lock is theirs. (A lost re-entry leaves no lock under the attempt's own id:
+//! the lock it re-entered keeps its id, and was its holder's before the call.)
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -74,13 +74,17 @@ impl Orphan {
         else {
             return None;
         };
-        Some(Self {
-            release: Op::Release {
+        let (index_key, lock_id) = (index_key.clone(), lock_id.clone());
+        let release = match holder {
+            None => Op::Release {
                 lock_key: None,
-                index_key: index_key.clone(),
-                lock_id: lock_id.clone(),
-                orphan: holder.is_some(),
+                index_key,
+                lock_id,
             },
+            Some(_) => Op::ReleaseUnclaimed { index_key, lock_id },
+        };
+        Some(Self {
+            release,
             until: sent + Duration::from_millis(ttl_ms.saturating_add(TIME_TOLERANCE_MS)),
             resends,
             not_before: sent,

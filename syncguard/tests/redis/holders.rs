@@ -86,7 +86,8 @@ async fn the_json_holds_the_holder_only_when_given() {
         let json = stored_json(&mut conn, &lock_key).await;
         let data: serde_json::Value = serde_json::from_str(&json).unwrap();
         let object = data.as_object().unwrap();
-        assert_eq!(object.len(), 6, "{json}");
+        assert_eq!(object.len(), 7, "{json}");
+        assert_eq!(object["unclaimed"], true, "taken with a holder: unclaimed");
         assert_eq!(object["holder"], TRICKY);
         assert_eq!(object["lockId"], lease.lock_id.as_str());
         assert_eq!(object["fence"], lease.fence.to_string());
@@ -94,7 +95,14 @@ async fn the_json_holds_the_holder_only_when_given() {
         let acquired_at = object["acquiredAtMs"].as_u64().unwrap();
         assert_eq!(acquired_at + 30_000, lease.expires_at_ms);
         let reference = cjson_record(&mut conn, &lease, acquired_at, &key, Some(TRICKY)).await;
-        assert_eq!(json, reference, "what cjson writes for the same table");
+        let reference = format!(
+            "{},\"unclaimed\":true}}",
+            reference.strip_suffix('}').unwrap()
+        );
+        assert_eq!(
+            json, reference,
+            "what cjson writes for the same table, then the mark"
+        );
         assert!(json.contains("\\/"), "cjson escapes '/': {json}");
         let raw_info = get_by_key_raw(&backend, &key).await.unwrap().expect("held");
         assert_eq!(raw_info.holder.as_deref(), Some(TRICKY));
@@ -113,14 +121,7 @@ async fn the_json_holds_the_holder_only_when_given() {
         );
         assert_eq!(reacquired_at + 60_000, again.expires_at_ms);
         let reference = cjson_record(&mut conn, &again, reacquired_at, &key, Some(TRICKY)).await;
-        let reference = format!(
-            "{},\"reentered\":true}}",
-            reference.strip_suffix('}').unwrap()
-        );
-        assert_eq!(
-            json, reference,
-            "re-entry writes the same layout, marked re-entered"
-        );
+        assert_eq!(json, reference, "re-entry writes the same layout, claimed");
         for redis_key in [&lock_key, &index_key] {
             let left = pttl(&mut conn, redis_key).await;
             assert!(
@@ -469,16 +470,17 @@ async fn batched_acquire_as_keeps_exclusivity() {
 
 /// The release of an acquire as a holder whose caller never learnt its outcome (the batch's
 /// `O` operation, which the backend sends for such an acquire in doubt): it releases the lock
-/// the acquire took, unless a re-entry marked it, handing its lock id to another caller.
+/// the acquire took while it is unclaimed, not once a re-entry handed its lock id to another
+/// caller, nor once an extend of any kind used it (as `syncguard-server`'s renew does).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_orphan_release_leaves_a_reentered_lock() {
+async fn an_orphan_release_leaves_a_claimed_lock() {
     let backend = crate::manager_backend().await;
     let batch = format!(
         "{}\nreturn batch(KEYS, ARGV)",
         include_str!("../../src/redis/lua/batch.lua")
     );
     // The reply of the `O` operation on `lock_id`.
-    let release_orphan = async |lock_id: &LockId| -> redis::Value {
+    let release_unclaimed = async |lock_id: &LockId| -> redis::Value {
         let index_key = backend.index_key(lock_id).unwrap();
         let prefix = index_key.strip_suffix(lock_id.as_str()).unwrap().to_owned();
         let mut cmd = crate::eval(&batch, &[&index_key]);
@@ -493,35 +495,41 @@ async fn an_orphan_release_leaves_a_reentered_lock() {
     };
     let ttl = Duration::from_secs(30);
 
-    let key = unique("orphan-not-reentered");
+    let key = unique("orphan-unclaimed");
     let taken = acquired_as(&backend, &key, ttl, "client-a").await;
-    let reply = release_orphan(&taken.lock_id).await;
+    let reply = release_unclaimed(&taken.lock_id).await;
     assert_eq!(reply, redis::Value::Int(1), "released: {reply:?}");
     assert!(!backend.is_locked(&key).await.unwrap());
 
-    let key = unique("orphan-reentered");
-    let taken = acquired_as(&backend, &key, ttl, "client-a").await;
-    let again = acquired_as(&backend, &key, ttl, "client-a").await;
-    assert_eq!(again.lock_id, taken.lock_id);
-    let reply = release_orphan(&taken.lock_id).await;
-    assert_eq!(
-        reply,
-        redis::Value::Int(0),
-        "left to the re-entry: {reply:?}"
-    );
-    let info = get_by_key_raw(&backend, &key)
-        .await
-        .unwrap()
-        .expect("still held");
-    assert_eq!(info.lock_id, taken.lock_id);
-    // An extend keeps the mark.
-    let extended = backend.extend(&taken.lock_id, ttl).await.unwrap();
-    assert!(extended.expires_at_ms().is_some());
-    let reply = release_orphan(&taken.lock_id).await;
-    assert_eq!(
-        reply,
-        redis::Value::Int(0),
-        "still left after an extend: {reply:?}"
-    );
-    assert!(backend.release(&taken.lock_id).await.unwrap().is_released());
+    for claim in ["re-entry", "extend", "extend_by", "expire_at"] {
+        let key = unique("orphan-claimed");
+        let taken = acquired_as(&backend, &key, ttl, "client-a").await;
+        let id = &taken.lock_id;
+        let expires_at_ms = match claim {
+            "re-entry" => Some(
+                acquired_as(&backend, &key, ttl, "client-a")
+                    .await
+                    .expires_at_ms,
+            ),
+            "extend" => backend.extend(id, ttl).await.unwrap().expires_at_ms(),
+            "extend_by" => backend.extend_by(id, ttl).await.unwrap().expires_at_ms(),
+            _ => {
+                let at = taken.expires_at_ms + 5_000;
+                backend.expire_at(id, at).await.unwrap().expires_at_ms()
+            }
+        };
+        assert!(expires_at_ms.is_some(), "{claim} applied");
+        let reply = release_unclaimed(id).await;
+        assert_eq!(
+            reply,
+            redis::Value::Int(0),
+            "left after a {claim}: {reply:?}"
+        );
+        let info = get_by_key_raw(&backend, &key)
+            .await
+            .unwrap()
+            .expect("still held");
+        assert_eq!(&info.lock_id, id, "{claim}");
+        assert!(backend.release(id).await.unwrap().is_released());
+    }
 }

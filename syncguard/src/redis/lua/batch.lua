@@ -23,8 +23,9 @@
 -- index holds that same key (it is written with the lock), so they skip reading it.
 -- 'H' is acquire as a holder (re-entrant by holder), 'B'/'b' extend by an amount (added to the
 -- current expiry instead of to now), 'T'/'t' set the expiry to a fixed time (earlier or later),
--- 'O' releases the lock an acquire as a holder took for a caller that never learnt it, unless
--- a re-entry marked it (its lock id was handed to another caller since): then it replies 0.
+-- 'O' releases the lock an acquire as a holder took for a caller that never learnt it, only
+-- while it is unclaimed (else it replies 0: a re-entry handed its lock id to a caller, or an
+-- extend used it).
 -- pxMs (ttl + tolerance) comes as text: handing Redis a Lua number costs a float formatting.
 -- Returns the server time (ms) of the batch, then one reply per operation:
 --   acquire the fence (15 digits) when acquired, expiring at time + ttl; when contended, the
@@ -51,8 +52,10 @@
 -- The holder (acquire as a holder) is an optional `holder` field, absent when there is none:
 -- `..,"acquiredAtMs":N,"holder":"..","expiresAtMs":M}`, which is what cjson writes for the
 -- reference's table with `holder` added first. The reference ignores fields it does not know.
--- A re-entry adds `"reentered":true` as a field after the expiry (before the contended mark,
--- if any), which extends keep, as they keep the holder.
+-- A lock taken with a holder also carries `"unclaimed":true` after the expiry (before the
+-- contended mark, if any) until its lock id is used after the acquire that took it: a
+-- re-entry rewrites the record without it, and an extend of any kind removes it. The release
+-- of an acquire as a holder in doubt ('O') deletes only an unclaimed lock.
 -- Its extend, as its specification prescribes it (cjson.decode, set expiresAtMs,
 -- cjson.encode; its scripts are not in this repository), keeps the holder, fields reordered:
 -- the finds here still read that record, and a re-entry rewrites it in this layout
@@ -78,7 +81,7 @@ local now, nowText, dead, indexPrefix, releaseChannel
 local BADDATA = 'BADDATA syncguard: the lock key holds data that is not SyncGuard lock JSON'
 local EXPIRES = '"expiresAtMs":'
 local CONTENDED = '"contended":true'
-local REENTERED = '"reentered":true'
+local UNCLAIMED = '"unclaimed":true'
 local KEY = '"key":"'
 -- The largest expiry an extend by an amount reaches: the largest integer a Lua number (a
 -- double) holds exactly.
@@ -160,9 +163,29 @@ local function marked(data)
   return string.find(data, CONTENDED, 1, true) ~= nil
 end
 
+-- data, with `field` added as its last field.
+local function withField(data, field)
+  return string.sub(data, 1, -2) .. ',' .. field .. '}'
+end
+
 -- data, with the contended mark added as its last field.
 local function withMark(data)
-  return string.sub(data, 1, -2) .. ',' .. CONTENDED .. '}'
+  return withField(data, CONTENDED)
+end
+
+-- data without the unclaimed mark: whoever uses its lock id holds the lock. The mark is a
+-- field after another one as this script writes it, or the first field as cjson may reorder
+-- a record (the comma after it then goes with it).
+local function claimed(data)
+  local at = string.find(data, UNCLAIMED, 1, true)
+  if not at then
+    return data
+  end
+  local after = at + #UNCLAIMED
+  if string.byte(data, at - 1) == 44 then
+    return string.sub(data, 1, at - 2) .. string.sub(data, after)
+  end
+  return string.sub(data, 1, at - 1) .. string.sub(data, after + 1)
 end
 
 -- Marks the live lock an acquire was refused on, so that its release publishes (once per hold).
@@ -190,11 +213,10 @@ local function reenter(lockKey, current, held, holder, ttl, px, key)
     or type(fence) ~= 'string' or #fence ~= 15 or not string.match(fence, '^%d+$') then
     return {-100, BADDATA}
   end
-  -- Marked re-entered: its lock id now belongs to this caller too, so the release of an
-  -- acquire in doubt ('O') leaves it. A re-entry keeps the contended mark: whoever was refused
-  -- still waits.
+  -- Claimed (rewritten without the unclaimed mark): its lock id now belongs to this caller, so
+  -- the release of an acquire in doubt ('O') leaves it. A re-entry keeps the contended mark:
+  -- whoever was refused still waits.
   local renewed = record(key, lockId, fence, holder, ttl)
-  renewed = string.sub(renewed, 1, -2) .. ',' .. REENTERED .. '}'
   if marked(current) then
     renewed = withMark(renewed)
   end
@@ -229,8 +251,12 @@ local function acquire(lockKey, indexKey, fenceKey, lockId, ttl, px, key, holder
   end
   -- The fence counter never expires and is never deleted.
   local fence = string.format('%015d', redis.call('INCR', fenceKey))
+  local data = record(key, lockId, fence, holder, ttl)
+  if holder then
+    data = withField(data, UNCLAIMED)
+  end
   -- Both keys outlive the expiry by the tolerance, so liveness is decided by the predicate.
-  redis.call('SET', lockKey, record(key, lockId, fence, holder, ttl), 'PX', px)
+  redis.call('SET', lockKey, data, 'PX', px)
   redis.call('SET', indexKey, lockKey, 'PX', px)
   return fence
 end
@@ -292,7 +318,7 @@ local function releaseOrphan(indexKey, lockId)
   if not lockKey then
     return current -- the reply
   end
-  if string.find(current, REENTERED, 1, true) then
+  if not string.find(current, UNCLAIMED, 1, true) then
     return 0
   end
   return release(lockKey, indexKey, lockId)
@@ -303,10 +329,10 @@ local function extend(knownKey, indexKey, lockId, ttl, px)
   if not lockKey then
     return current -- the reply
   end
-  -- Never revive an expired lock (find refused it); only the expiry changes, every other byte
-  -- of the lock data stays as written.
-  redis.call('SET', lockKey, string.sub(current, 1, first - 1) .. expiresText(ttl)
-    .. string.sub(current, after), 'PX', px)
+  -- Never revive an expired lock (find refused it); only the expiry changes (and the lock is
+  -- claimed), every other byte of the lock data stays as written.
+  redis.call('SET', lockKey, claimed(string.sub(current, 1, first - 1) .. expiresText(ttl)
+    .. string.sub(current, after)), 'PX', px)
   redis.call('SET', indexKey, lockKey, 'PX', px)
   return 1
 end
@@ -320,8 +346,8 @@ local function extendBy(knownKey, indexKey, lockId, by)
   local expires = math.min(tonumber(string.sub(current, first, after - 1)) + tonumber(by),
     MAX_EXPIRES)
   local px = string.format('%d', expires - dead)
-  redis.call('SET', lockKey, string.sub(current, 1, first - 1) .. string.format('%d', expires)
-    .. string.sub(current, after), 'PX', px)
+  redis.call('SET', lockKey, claimed(string.sub(current, 1, first - 1)
+    .. string.format('%d', expires) .. string.sub(current, after)), 'PX', px)
   redis.call('SET', indexKey, lockKey, 'PX', px)
   return {1, expires}
 end
@@ -336,8 +362,8 @@ local function expireAt(knownKey, indexKey, lockId, at)
   -- already past leaves the lock expired, its keys gone in a millisecond.
   local expires = tonumber(at)
   local px = string.format('%d', math.max(expires - dead, 1))
-  redis.call('SET', lockKey, string.sub(current, 1, first - 1) .. string.format('%d', expires)
-    .. string.sub(current, after), 'PX', px)
+  redis.call('SET', lockKey, claimed(string.sub(current, 1, first - 1)
+    .. string.format('%d', expires) .. string.sub(current, after)), 'PX', px)
   redis.call('SET', indexKey, lockKey, 'PX', px)
   return {1, expires}
 end
