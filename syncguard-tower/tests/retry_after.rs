@@ -64,18 +64,26 @@ async fn retry_after_follows_the_holds_not_the_lease() {
         "the default bound, not 31"
     );
 
-    // One hold of 1.5 s has ended: the next contender is told 2 s (1.2 s left).
+    // One hold of 1.5 s has ended: the next contender is told what is likely left of the
+    // next one (1.2 s, rounded up to 2), never less than is left of it by then.
+    let started = tokio::time::Instant::now();
     let first = tokio::spawn({
         let app = app.clone();
         async move { pay(&app).await }
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (status, retry_after) = pay(&app).await;
+    let answered = started.elapsed();
     assert_eq!(status, StatusCode::LOCKED);
     let retry_after = retry_after.expect("a Retry-After");
     assert!((1..=2).contains(&retry_after), "Retry-After {retry_after}");
-    // An obedient client comes back then, and gets in.
-    tokio::time::sleep(Duration::from_secs(retry_after)).await;
+    // A client that waits as told comes back after the holder's 1.5 s (the layer counts the
+    // hold from when the backend took the lock, no sooner than this test's start).
+    assert!(
+        answered + Duration::from_secs(retry_after) >= Duration::from_millis(1500),
+        "told {retry_after} s at {answered:?}: back before the hold ends"
+    );
+    tokio::time::sleep_until(started + answered + Duration::from_secs(retry_after)).await;
     assert_eq!(first.await.unwrap(), (StatusCode::OK, None));
     assert_eq!(pay(&app).await, (StatusCode::OK, None));
 }

@@ -113,11 +113,13 @@ impl PostgresBackend {
                         .bind(&holder)
                         .fetch_one(&mut *conn)
                         .await?;
-                    // With a holder, the call itself re-entered what the first run took.
-                    if attempt == Attempt::Retry
-                        && holder.is_none()
-                        && !row.try_get::<bool, _>(0)?
-                    {
+                    // With a holder, the call itself re-entered what the first run took, so a
+                    // refusal means another holder holds the key now; the first run may still
+                    // land once it lets go.
+                    if attempt == Attempt::Retry && !row.try_get::<bool, _>(0)? {
+                        if holder.is_some() {
+                            return Ok(Acquired::HeldByAnother(row));
+                        }
                         // The first run may have taken the lock before its connection died:
                         // then the lock it finds is its own.
                         let own = sqlx::query(lookup_by_id)
@@ -202,7 +204,7 @@ enum Acquired {
     Row(PgRow),
     /// A retried plain acquire found the lock its first run took (a lookup row).
     OwnLock(PgRow),
-    /// A retried plain acquire found another holder (the refusing row of the acquire function).
+    /// A retried acquire found another holder (the refusing row of the acquire function).
     HeldByAnother(PgRow),
 }
 
