@@ -189,12 +189,13 @@
 //! use std::sync::Arc;
 //! use std::time::Duration;
 //! use syncguard::MemoryBackend;
-//! use syncguard_server::{Auth, router, serve, shutdown_signal};
+//! use syncguard_server::{Auth, ServeSettings, router, serve, shutdown_signal};
 //!
 //! # #[tokio::main] async fn main() -> Result<(), syncguard_server::StartupError> {
 //! let app = router(Arc::new(MemoryBackend::new()), Auth::disabled())?;
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await.unwrap();
-//! serve(listener, app, shutdown_signal(), Duration::from_secs(30)).await
+//! let settings = ServeSettings::new().with_shutdown_timeout(Duration::from_secs(20));
+//! serve(listener, app, shutdown_signal(), settings).await
 //! # }
 //! ```
 //!
@@ -243,6 +244,7 @@
 mod auth;
 mod backend;
 mod config;
+mod connections;
 mod error;
 mod holder;
 mod locks;
@@ -268,11 +270,16 @@ pub use config::{
     AuthSettings, BackendSettings, DEFAULT_JWKS_CACHE, DEFAULT_JWKS_MIN_REFRESH, DEFAULT_PORT,
     JwtSettings, ServerConfig,
 };
+pub use connections::{
+    DEFAULT_BODY_READ_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_SHUTDOWN_TIMEOUT, ServeSettings,
+};
 #[cfg(feature = "postgres")]
 pub use lsc_table::{LscTableBackend, validate_table_name};
 pub use openapi::OPENAPI_YAML;
 pub use responses::FENCING_TOKEN;
-pub use router::router;
+pub use router::{router, router_with_request_log};
 pub use server::{run, serve};
 pub use shutdown::shutdown_signal;
 pub use startup::StartupError;
+pub use trace::{InvalidRequestLogLevel, RequestLogLevel};
