@@ -4,7 +4,8 @@
 //! same backend object in the same run, on memory, Redis and PostgreSQL.
 //!
 //! The server is this crate's [`router`] on the backend [`open_backend`] opens (as the binary
-//! does), authentication disabled, served by `axum::serve` on 127.0.0.1:0 in this process.
+//! does), authentication disabled, served by [`serve`] (as the binary serves it) on 127.0.0.1:0 in this
+//! process.
 //! Each HTTP client is one keep-alive HTTP/1.1 connection (a bare hyper client connection, no
 //! pool) that sends a request and waits for its answer. The library runs, on the same backend
 //! and with the same number of concurrent tasks:
@@ -45,7 +46,7 @@ use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use syncguard::backend::LockBackend;
 use syncguard::{LockOptions, RetryPolicy};
-use syncguard_server::{Auth, BackendSettings, open_backend, router};
+use syncguard_server::{Auth, BackendSettings, ServeSettings, open_backend, router, serve};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 
@@ -533,7 +534,12 @@ async fn main() {
         let app = router(Arc::clone(&backend), Auth::disabled()).expect("a backend with holders");
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let address = listener.local_addr().expect("an address");
-        let server = tokio::spawn(async move { axum::serve(listener, app).await });
+        let server = tokio::spawn(serve(
+            listener,
+            app,
+            std::future::pending(),
+            ServeSettings::new(),
+        ));
         println!("{name}: server on {address}; load {}", load());
         for &clients in &settings.clients {
             // The modes take turns, round after round, so that a change in the machine's

@@ -429,6 +429,35 @@ mod tests {
     }
 
     #[test]
+    fn connection_settings_have_defaults_and_refuse_zero() {
+        let serving = parse(&[]).serve_settings();
+        assert_eq!(serving, ServeSettings::new());
+        let serving =
+            parse(&["--idle-timeout-seconds", "5", "--max-connections", "50"]).serve_settings();
+        assert_eq!(serving.idle_timeout(), Duration::from_secs(5));
+        assert_eq!(serving.max_connections(), Some(50));
+        for flag in [
+            "--header-read-timeout-seconds",
+            "--body-read-timeout-seconds",
+            "--idle-timeout-seconds",
+            "--max-connections",
+        ] {
+            let error = ServerConfig::try_parse_from(["syncguard-server", flag, "0"]).unwrap_err();
+            assert!(
+                error.to_string().contains("0 is not in 1.."),
+                "{flag}: {error}"
+            );
+        }
+        let error =
+            ServerConfig::try_parse_from(["syncguard-server", "--request-log-level", "loud"])
+                .unwrap_err();
+        assert!(
+            error.to_string().contains("use error, warn, info"),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn blank_jwt_settings_are_unset() {
         let config = parse(&["--jwt-issuer", "  ", "--authentication-disabled", "yes"]);
         assert_eq!(config.auth_settings(), AuthSettings::disabled());
