@@ -138,7 +138,7 @@ async fn a_head_sent_a_byte_a_second_is_cut_off_at_the_header_read_timeout() {
             if stream.write_all(&[*byte]).await.is_err() {
                 return;
             }
-            tokio::time::sleep(Duration::from_millis(400)).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
     };
     let _ = tokio::time::timeout(MARGIN, slow).await;
@@ -253,6 +253,58 @@ async fn a_shutdown_closes_half_sent_requests_at_once_and_finishes_the_others() 
         let (answer, _) = read_until_closed(stream, MARGIN).await;
         assert!(answer.is_empty(), "{answer}");
     }
+}
+
+#[tokio::test]
+async fn a_request_in_progress_gets_the_shutdown_timeout_and_no_more() {
+    let backend = support::flaky_backend();
+    let app = router(Arc::new(backend.clone()), Auth::disabled()).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let settings = ServeSettings::new().with_shutdown_timeout(Duration::from_secs(1));
+    let server = tokio::spawn(serve(
+        listener,
+        app,
+        async move {
+            let _ = stopped.await;
+        },
+        settings,
+    ));
+    let client = support::TestServer::client_for(address);
+    let acquired = client.acquire("connections", "drain", "abc", 60).await;
+    assert_eq!(acquired.status, http::StatusCode::OK, "{}", acquired.text);
+    // A renew whose backend call never ends.
+    backend.stall_extends(true);
+    let mut renew = TcpStream::connect(address).await.unwrap();
+    let body = r#"{"instanceId":"abc","leaseDuration":60}"#;
+    renew
+        .write_all(
+            format!(
+                "POST /v1/connections/lock/drain/renew HTTP/1.1\r\nhost: x\r\n\
+                 content-length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    stop.send(()).unwrap();
+    tokio::time::timeout(MARGIN, server)
+        .await
+        .expect("serve returns once the shutdown timeout has passed")
+        .unwrap()
+        .unwrap();
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(10),
+        "the request in progress had the 1 s shutdown timeout: {took:?}"
+    );
+    let (answer, _) = read_until_closed(&mut renew, MARGIN).await;
+    assert!(answer.is_empty(), "its connection was closed: {answer}");
+    backend.stall_extends(false);
 }
 
 #[test]
