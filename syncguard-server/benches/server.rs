@@ -4,7 +4,8 @@
 //! same backend object in the same run, on memory, Redis and PostgreSQL.
 //!
 //! The server is this crate's [`router`] on the backend [`open_backend`] opens (as the binary
-//! does), authentication disabled, served by `axum::serve` on 127.0.0.1:0 in this process.
+//! does), authentication disabled, served by [`serve`] (as the binary serves it) on 127.0.0.1:0 in this
+//! process.
 //! Each HTTP client is one keep-alive HTTP/1.1 connection (a bare hyper client connection, no
 //! pool) that sends a request and waits for its answer. The library runs, on the same backend
 //! and with the same number of concurrent tasks:
@@ -31,7 +32,9 @@
 //! `SERVER_BENCH_CLIENTS` (default `1,16,64`), `SERVER_BENCH_BACKENDS` (default
 //! `memory,redis,postgres`), `SERVER_BENCH_LOGS=1` (format the server's info-level request
 //! logs, as the binary does by default, into a sink; without it no tracing subscriber is
-//! installed). Redis and PostgreSQL come from `SYNCGUARD_TEST_REDIS_URL` and
+//! installed). Each progress line also gives the process's CPU time per cycle over the
+//! measured time (Linux), which other load on the machine moves less than the rate. Redis and
+//! PostgreSQL come from `SYNCGUARD_TEST_REDIS_URL` and
 //! `SYNCGUARD_TEST_POSTGRES_URL`, which `scripts/with-services.sh` exports.
 
 use std::net::SocketAddr;
@@ -45,7 +48,7 @@ use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use syncguard::backend::LockBackend;
 use syncguard::{LockOptions, RetryPolicy};
-use syncguard_server::{Auth, BackendSettings, open_backend, router};
+use syncguard_server::{Auth, BackendSettings, ServeSettings, open_backend, router, serve};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 
@@ -348,6 +351,8 @@ struct Measured {
     elapsed: Duration,
     /// Cycle latencies in nanoseconds, sorted.
     latencies_ns: Vec<u64>,
+    /// The process's CPU time over the measured time (`None` where it cannot be read).
+    cpu: Option<Duration>,
 }
 
 impl Measured {
@@ -380,6 +385,14 @@ async fn measure(
     }
     let start = Instant::now() + warmup;
     let end = start + duration;
+    // The process's CPU time over the measured window: the server's and its HTTP clients'
+    // work per cycle, which other load on the machine changes less than the rate.
+    let cpu = tokio::spawn(async move {
+        tokio::time::sleep_until(start).await;
+        let before = process_cpu();
+        tokio::time::sleep_until(end).await;
+        Some(process_cpu()?.saturating_sub(before?))
+    });
     let tasks: Vec<_> = prepared
         .into_iter()
         .map(|mut client| {
@@ -409,7 +422,18 @@ async fn measure(
         cycles: latencies_ns.len() as u64,
         elapsed: duration,
         latencies_ns,
+        cpu: cpu.await.expect("the CPU sampler"),
     }
+}
+
+/// The process's CPU time (user + system) so far, from `/proc/self/stat` (Linux; `None`
+/// elsewhere), in clock ticks of 10 ms.
+fn process_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // utime and stime are fields 14 and 15 of proc(5); the 12th and 13th after the command.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10))
 }
 
 impl Measured {
@@ -419,7 +443,15 @@ impl Measured {
         self.elapsed += other.elapsed;
         self.latencies_ns.extend(other.latencies_ns);
         self.latencies_ns.sort_unstable();
+        self.cpu = self.cpu.zip(other.cpu).map(|(mine, theirs)| mine + theirs);
         self
+    }
+
+    /// CPU time of the process per cycle, in microseconds.
+    fn cpu_per_cycle_us(&self) -> f64 {
+        self.cpu.map_or(f64::NAN, |cpu| {
+            cpu.as_secs_f64() * 1e6 / self.cycles.max(1) as f64
+        })
     }
 }
 
@@ -435,11 +467,12 @@ struct Row {
 
 fn print_progress(backend: &str, clients: usize, mode: Mode, measured: &Measured) {
     println!(
-        "{backend:<8} {clients:>3} clients  {:<27} {:>9.0} cycles/s  p50 {:>8.3} ms  p99 {:>8.3} ms",
+        "{backend:<8} {clients:>3} clients  {:<27} {:>9.0} cycles/s  p50 {:>8.3} ms  p99 {:>8.3} ms  CPU {:>7.1} µs/cycle",
         mode.label(),
         measured.per_second(),
         measured.percentile_ms(0.50),
         measured.percentile_ms(0.99),
+        measured.cpu_per_cycle_us(),
     );
 }
 
@@ -533,7 +566,12 @@ async fn main() {
         let app = router(Arc::clone(&backend), Auth::disabled()).expect("a backend with holders");
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let address = listener.local_addr().expect("an address");
-        let server = tokio::spawn(async move { axum::serve(listener, app).await });
+        let server = tokio::spawn(serve(
+            listener,
+            app,
+            std::future::pending(),
+            ServeSettings::new(),
+        ));
         println!("{name}: server on {address}; load {}", load());
         for &clients in &settings.clients {
             // The modes take turns, round after round, so that a change in the machine's

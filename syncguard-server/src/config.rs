@@ -11,6 +11,12 @@ use std::time::Duration;
 use clap::Parser;
 use clap::builder::BoolishValueParser;
 
+use crate::connections::{
+    DEFAULT_BODY_READ_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_SHUTDOWN_TIMEOUT, ServeSettings,
+};
+use crate::trace::RequestLogLevel;
+
 /// The default port, LSC's (Spring Boot's default, `EXPOSE 8080` in its image).
 pub const DEFAULT_PORT: u16 = 8080;
 
@@ -36,76 +42,129 @@ pub const DEFAULT_JWKS_MIN_REFRESH: Duration = Duration::from_secs(30);
 #[command(
     name = "syncguard-server",
     version,
-    about = "LockServiceCentral's REST lock API on syncguard's backends, with fencing tokens"
+    about = "LockServiceCentral's REST lock API on syncguard's backends, with fencing tokens",
+    // Without it, `--help` would print this type's doc comment, example included.
+    long_about = None,
+    after_help = "Each setting is a flag or the environment variable shown; a flag wins. Values \
+                  from the environment are never shown here (some hold passwords or keys)."
 )]
 #[non_exhaustive]
 pub struct ServerConfig {
     /// The port to listen on.
-    #[arg(long, env = "SERVER_PORT", default_value_t = DEFAULT_PORT)]
+    #[arg(long, hide_env_values = true, env = "SERVER_PORT", default_value_t = DEFAULT_PORT)]
     pub port: u16,
 
     /// The address to listen on (all interfaces by default, as LSC).
-    #[arg(long, env = "SERVER_ADDRESS", default_value = "0.0.0.0")]
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "SERVER_ADDRESS",
+        default_value = "0.0.0.0"
+    )]
     pub address: IpAddr,
 
     /// The lock backend: `memory:` (the default), `postgres://...`, `redis://...`,
     /// `rediss://...` or `firestore://<project>` (each needs the server's feature of that name).
-    #[arg(long, env = "SYNCGUARD_BACKEND_URL", default_value = "memory:")]
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "SYNCGUARD_BACKEND_URL",
+        default_value = "memory:"
+    )]
     pub backend_url: String,
 
     /// On PostgreSQL, create the lock tables at startup if they are missing (needs the
     /// `CREATE` privilege; idempotent).
-    #[arg(long, env = "SYNCGUARD_SETUP_SCHEMA", default_value_t = true,
+    #[arg(long, hide_env_values = true, env = "SYNCGUARD_SETUP_SCHEMA", default_value_t = true,
           value_parser = BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub setup_schema: bool,
 
     /// On PostgreSQL, run on LockServiceCentral's own lock table of this name (LSC's
     /// `locker.postgres.tableName`, usually `locks`) instead of syncguard's tables, so that
     /// LSC processes and this server share the locks during a migration.
-    #[arg(long, env = "SYNCGUARD_LSC_TABLE")]
+    #[arg(long, hide_env_values = true, env = "SYNCGUARD_LSC_TABLE")]
     pub lsc_table: Option<String>,
 
     /// With `SYNCGUARD_LSC_TABLE`: a trigger on LSC's table makes LSC's own acquisitions
     /// advance the fencing tokens too (installed at startup with the schema; needs the table's
     /// owner). `false` leaves LSC's table untouched, and fences then order this server's
     /// acquisitions only.
-    #[arg(long, env = "SYNCGUARD_LSC_FENCE_TRIGGER", default_value_t = true,
+    #[arg(long, hide_env_values = true, env = "SYNCGUARD_LSC_FENCE_TRIGGER", default_value_t = true,
           value_parser = BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub lsc_fence_trigger: bool,
 
     /// Accept every caller as owner `anonymous` (ignored when `JWT_JWKS` or `JWT_ISSUER` is
     /// set, as in LSC).
-    #[arg(long, env = "AUTHENTICATION_DISABLED", default_value_t = false,
+    #[arg(long, hide_env_values = true, env = "AUTHENTICATION_DISABLED", default_value_t = false,
           value_parser = BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub authentication_disabled: bool,
 
     /// The issuer JWTs must carry in `iss`; alone, also where the keys are discovered
     /// (`<issuer>/.well-known/openid-configuration`).
-    #[arg(long, env = "JWT_ISSUER")]
+    #[arg(long, hide_env_values = true, env = "JWT_ISSUER")]
     pub jwt_issuer: Option<String>,
 
     /// The URL of the JSON Web Key Set that signs the JWTs.
-    #[arg(long, env = "JWT_JWKS")]
+    #[arg(long, hide_env_values = true, env = "JWT_JWKS")]
     pub jwt_jwks: Option<String>,
 
     /// A value the JWTs' `aud` must contain.
-    #[arg(long, env = "JWT_AUDIENCE")]
+    #[arg(long, hide_env_values = true, env = "JWT_AUDIENCE")]
     pub jwt_audience: Option<String>,
 
     /// How long a fetched JWKS is used before it is fetched again, in seconds.
-    #[arg(long, env = "JWT_JWKS_CACHE_SECONDS", default_value_t = DEFAULT_JWKS_CACHE.as_secs())]
+    #[arg(long, hide_env_values = true, env = "JWT_JWKS_CACHE_SECONDS", default_value_t = DEFAULT_JWKS_CACHE.as_secs())]
     pub jwt_jwks_cache_seconds: u64,
 
     /// The least time between two JWKS fetches prompted by an unknown key id, in seconds.
-    #[arg(long, env = "JWT_JWKS_MIN_REFRESH_SECONDS", default_value_t = DEFAULT_JWKS_MIN_REFRESH.as_secs())]
+    #[arg(long, hide_env_values = true, env = "JWT_JWKS_MIN_REFRESH_SECONDS", default_value_t = DEFAULT_JWKS_MIN_REFRESH.as_secs())]
     pub jwt_jwks_min_refresh_seconds: u64,
 
-    /// How long a graceful shutdown waits for requests in flight, in seconds.
-    #[arg(long, env = "SERVER_SHUTDOWN_TIMEOUT_SECONDS", default_value_t = 30)]
+    /// How long a graceful shutdown waits for requests in progress, in seconds (idle
+    /// connections, and requests whose head has not all arrived, are closed at once).
+    #[arg(long, hide_env_values = true, env = "SERVER_SHUTDOWN_TIMEOUT_SECONDS",
+          default_value_t = DEFAULT_SHUTDOWN_TIMEOUT.as_secs())]
     pub shutdown_timeout_seconds: u64,
 
+    /// How long a client may take to send a request's head (request line and headers), in
+    /// seconds: from when its connection opened, or from the head's first byte on a
+    /// kept-alive connection. Then the connection is closed.
+    #[arg(long, hide_env_values = true, env = "SERVER_HEADER_READ_TIMEOUT_SECONDS",
+          default_value_t = DEFAULT_HEADER_READ_TIMEOUT.as_secs(), value_parser = seconds())]
+    pub header_read_timeout_seconds: u64,
+
+    /// How long a client may take to send a request's body after its head, in seconds; then
+    /// it is answered 408 and the connection closed.
+    #[arg(long, hide_env_values = true, env = "SERVER_BODY_READ_TIMEOUT_SECONDS",
+          default_value_t = DEFAULT_BODY_READ_TIMEOUT.as_secs(), value_parser = seconds())]
+    pub body_read_timeout_seconds: u64,
+
+    /// How long a kept-alive connection may wait for its next request (and a client may take
+    /// to read an answer), in seconds; then it is closed.
+    #[arg(long, hide_env_values = true, env = "SERVER_IDLE_TIMEOUT_SECONDS",
+          default_value_t = DEFAULT_IDLE_TIMEOUT.as_secs(), value_parser = seconds())]
+    pub idle_timeout_seconds: u64,
+
+    /// The most connections served at once; more are answered 503 and closed. Default: the
+    /// open-file limit less 128, at most 10000. A value the open-file limit cannot hold stops
+    /// the start.
+    #[arg(long, hide_env_values = true, env = "SERVER_MAX_CONNECTIONS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_connections: Option<u64>,
+
+    /// The level of the log line written per request (and of the request's span): `error`,
+    /// `warn`, `info`, `debug`, `trace` or `off`. The filter (`RUST_LOG`) still decides what
+    /// is written.
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "SERVER_REQUEST_LOG_LEVEL",
+        default_value = "info"
+    )]
+    pub request_log_level: RequestLogLevel,
+
     /// Log lines as JSON objects (one per line) instead of text.
-    #[arg(long, env = "LOG_JSON", default_value_t = false,
+    #[arg(long, hide_env_values = true, env = "LOG_JSON", default_value_t = false,
           value_parser = BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub log_json: bool,
 }
@@ -130,6 +189,19 @@ impl ServerConfig {
         }
     }
 
+    /// The connection part: timeouts, the connection limit and the shutdown drain.
+    pub fn serve_settings(&self) -> ServeSettings {
+        ServeSettings::new()
+            .with_header_read_timeout(Duration::from_secs(self.header_read_timeout_seconds))
+            .with_body_read_timeout(Duration::from_secs(self.body_read_timeout_seconds))
+            .with_idle_timeout(Duration::from_secs(self.idle_timeout_seconds))
+            .with_max_connections(
+                self.max_connections
+                    .map(|limit| usize::try_from(limit).unwrap_or(usize::MAX)),
+            )
+            .with_shutdown_timeout(Duration::from_secs(self.shutdown_timeout_seconds))
+    }
+
     /// The authentication part.
     pub fn auth_settings(&self) -> AuthSettings {
         let jwt = JwtSettings {
@@ -144,6 +216,11 @@ impl ServerConfig {
             jwt: (jwt.jwks.is_some() || jwt.issuer.is_some()).then_some(jwt),
         }
     }
+}
+
+/// Whole seconds, at least one: a timeout of zero would close every connection at once.
+fn seconds() -> clap::builder::RangedU64ValueParser<u64> {
+    clap::value_parser!(u64).range(1..)
 }
 
 /// A configured value; blank counts as unset.
@@ -348,6 +425,35 @@ mod tests {
         assert_eq!(
             auth.jwt.and_then(|jwt| jwt.jwks).as_deref(),
             Some("http://127.0.0.1:1/jwks")
+        );
+    }
+
+    #[test]
+    fn connection_settings_have_defaults_and_refuse_zero() {
+        let serving = parse(&[]).serve_settings();
+        assert_eq!(serving, ServeSettings::new());
+        let serving =
+            parse(&["--idle-timeout-seconds", "5", "--max-connections", "50"]).serve_settings();
+        assert_eq!(serving.idle_timeout(), Duration::from_secs(5));
+        assert_eq!(serving.max_connections(), Some(50));
+        for flag in [
+            "--header-read-timeout-seconds",
+            "--body-read-timeout-seconds",
+            "--idle-timeout-seconds",
+            "--max-connections",
+        ] {
+            let error = ServerConfig::try_parse_from(["syncguard-server", flag, "0"]).unwrap_err();
+            assert!(
+                error.to_string().contains("0 is not in 1.."),
+                "{flag}: {error}"
+            );
+        }
+        let error =
+            ServerConfig::try_parse_from(["syncguard-server", "--request-log-level", "loud"])
+                .unwrap_err();
+        assert!(
+            error.to_string().contains("use error, warn, info"),
+            "{error}"
         );
     }
 

@@ -16,6 +16,8 @@ pub(crate) enum ApiError {
     BodyValidation(Vec<String>),
     /// The body is larger than the server reads: 413.
     BodyTooLarge,
+    /// The body did not arrive within the body read timeout: 408, and the connection closes.
+    BodyTimeout,
     /// No route: 404 `Resource not found`.
     NotFound,
     /// A route without this method: 405 `Method not allowed`.
@@ -42,6 +44,7 @@ impl ApiError {
         match self {
             Self::PathValidation(_) | Self::BodyValidation(_) => StatusCode::BAD_REQUEST,
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
@@ -120,6 +123,12 @@ impl IntoResponse for ApiError {
             Self::PathValidation(details) => detailed(status, "Validation failed", &details),
             Self::BodyValidation(details) => detailed(status, "JSON validation failed", &details),
             Self::BodyTooLarge => identified(status, "Request body too large", &error_id()),
+            // The rest of the body may still come: the connection cannot be used again.
+            Self::BodyTimeout => (
+                [(header::CONNECTION, HeaderValue::from_static("close"))],
+                identified(status, "Request body not received in time", &error_id()),
+            )
+                .into_response(),
             Self::NotFound => identified(status, "Resource not found", &error_id()),
             Self::MethodNotAllowed => identified(status, "Method not allowed", &error_id()),
             Self::Unauthorized { reason } => (

@@ -58,7 +58,7 @@
 //! | `POST .../release` `{"instanceId"}` | 200 `{"success":true,"namespace","lockName"}`, or 423 |
 //! | `GET /openapi.yaml` | the OpenAPI description ([`OPENAPI_YAML`]); `/` and `/index.html` show it in Swagger UI |
 //! | `GET /health` | liveness: 200 `{"status":"UP"}` |
-//! | `GET /ready`, `GET /actuator/health` | readiness: 200 `{"status":"UP"}` when the backend answers, else 503 `{"status":"DOWN"}` |
+//! | `GET /ready`, `GET /actuator/health` | readiness: 200 `{"status":"UP"}` when the backend answers, else 503 `{"status":"DOWN"}`; also 503 (with a `reason`) while the connection limit is reached |
 //!
 //! As in LSC: `namespace` and `lockName` are 3 to 64 characters of `[a-zA-Z0-9_-]`; bodies
 //! are read as JSON whatever their Content-Type, with no other properties allowed, an
@@ -91,7 +91,8 @@
 //! # Configuration
 //!
 //! Each setting is a flag and an environment variable (LSC's names where LSC has the
-//! setting); a flag wins over its variable. `syncguard-server --help` lists them.
+//! setting); a flag wins over its variable. `syncguard-server --help` lists them (without the
+//! values it found in the environment, which may hold passwords).
 //!
 //! | variable | flag | default | |
 //! |---|---|---|---|
@@ -107,11 +108,16 @@
 //! | `JWT_AUDIENCE` | `--jwt-audience` | | a value `aud` must contain |
 //! | `JWT_JWKS_CACHE_SECONDS` | `--jwt-jwks-cache-seconds` | 300 | how long fetched keys are used |
 //! | `JWT_JWKS_MIN_REFRESH_SECONDS` | `--jwt-jwks-min-refresh-seconds` | 30 | least time between fetches prompted by an unknown key id |
-//! | `SERVER_SHUTDOWN_TIMEOUT_SECONDS` | `--shutdown-timeout-seconds` | 30 | how long a shutdown waits for requests in flight |
+//! | `SERVER_HEADER_READ_TIMEOUT_SECONDS` | `--header-read-timeout-seconds` | 10 | a request's head must arrive within this, from the connection's start or the head's first byte; else the connection is closed |
+//! | `SERVER_BODY_READ_TIMEOUT_SECONDS` | `--body-read-timeout-seconds` | 10 | a request's body must arrive within this of its head; else 408 and the connection is closed |
+//! | `SERVER_IDLE_TIMEOUT_SECONDS` | `--idle-timeout-seconds` | 75 | how long a kept-alive connection waits for its next request (and a client may take to read an answer) |
+//! | `SERVER_MAX_CONNECTIONS` | `--max-connections` | open-file limit − 128, at most 10000 | connections served at once; more are answered 503 and closed |
+//! | `SERVER_SHUTDOWN_TIMEOUT_SECONDS` | `--shutdown-timeout-seconds` | 30 | how long a shutdown waits for requests in progress |
+//! | `SERVER_REQUEST_LOG_LEVEL` | `--request-log-level` | `info` | the level of the request log line (`error` ... `trace`, `off`) |
 //! | `LOG_JSON` | `--log-json` | `false` | JSON log lines; `RUST_LOG` sets the filter (default `info,opentelemetry=warn`) |
 //!
 //! Boolean values accept `true`/`false`, `yes`/`no`, `on`/`off`, `1`/`0`; blank JWT settings
-//! count as unset.
+//! count as unset. Timeouts are whole seconds, at least 1.
 //!
 //! ## Authentication
 //!
@@ -169,32 +175,53 @@
 //!
 //! # Operations
 //!
-//! Each request runs in a `syncguard_server.request` span (`method`, `route`, `namespace`,
-//! `lock_name`, `operation`, `outcome`, `status`, `request_id`) and ends with one log line of
-//! target `syncguard_server::request` modelled on LSC's canonical log (`http_method`,
-//! `http_route`, `http_status_code`, `outcome`, `duration_ms`, `lock_operation`,
-//! `lock_service_outcome` such as `ACQUIRED` or `RELEASE_CONFLICT`, `lock_result`,
-//! `instance_id_hash` (SHA-256; the instanceId itself is never logged),
-//! `requested_lease_duration_sec`, `computed_expiry_epoch_sec`, `request_id` from
-//! `X-Request-Id` or generated). On SIGTERM or Ctrl-C the server stops accepting
-//! connections, finishes the requests in flight (up to the shutdown timeout), then calls
-//! `syncguard::shutdown`.
+//! **Protocol**: HTTP/1.1 (and 1.0) only, in every build, whatever features are on: an
+//! HTTP/2 client (prior knowledge or an `h2c` upgrade) gets HTTP/1.1.
+//!
+//! **Connections** ([`ServeSettings`]): a request head is due within the header read timeout
+//! (from the connection's start, or from the head's first byte), its body within the body
+//! read timeout of the head (else `408 {"message":"Request body not received in time",...}`
+//! and the connection closes), the next request on a kept-alive connection within the idle
+//! timeout. At most `SERVER_MAX_CONNECTIONS` are open at once, below the process's open-file
+//! limit: a connection over it is answered `503 {"message":"Too many connections; try again
+//! shortly"}` with `Retry-After: 1` and closed at once, a warning is logged when the limit is
+//! reached, and `/ready` answers `503 {"status":"DOWN","reason":"connection limit reached:
+//! ..."}` meanwhile.
+//!
+//! **Logs**: each request runs in a `syncguard_server.request` span (`request_id`) and ends
+//! with one log line of target `syncguard_server::request` at `SERVER_REQUEST_LOG_LEVEL`
+//! (default `info`; `off` costs nothing per request), modelled on LSC's canonical log
+//! (`request_id` from `X-Request-Id` or generated, `http_method`, `http_route`, or
+//! `http_target` when no route matches, `http_status_code`, `outcome`, `duration_ms`,
+//! `lock_operation`, `lock_namespace`, `lock_name`, `lock_service_outcome` such as `ACQUIRED`
+//! or `RELEASE_CONFLICT`, `lock_result`, `instance_id_hash` (SHA-256; the instanceId itself is
+//! never logged), `requested_lease_duration_sec`, `computed_expiry_epoch_sec`); values a
+//! client chooses freely are cut to 128 characters.
+//!
+//! **Shutdown**: on SIGTERM or Ctrl-C the server stops accepting connections, closes those
+//! with no request in progress (idle, or a head still arriving) at once, finishes the
+//! requests in progress (up to the shutdown timeout), then calls `syncguard::shutdown`.
+//!
+//! The README's "Running it for real" has a container recipe, a systemd unit and the probes
+//! for Kubernetes.
 //!
 //! # As a library
 //!
 //! [`router`] gives the whole application as an axum [`Router`](axum::Router) on a backend
-//! of your choice; [`serve`] runs one with a graceful shutdown; [`run`] is the binary.
+//! of your choice; [`serve`] runs one with the connection timeouts and limit of
+//! [`ServeSettings`] and a graceful shutdown; [`run`] is the binary.
 //!
 //! ```no_run
 //! use std::sync::Arc;
 //! use std::time::Duration;
 //! use syncguard::MemoryBackend;
-//! use syncguard_server::{Auth, router, serve, shutdown_signal};
+//! use syncguard_server::{Auth, ServeSettings, router, serve, shutdown_signal};
 //!
 //! # #[tokio::main] async fn main() -> Result<(), syncguard_server::StartupError> {
 //! let app = router(Arc::new(MemoryBackend::new()), Auth::disabled())?;
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await.unwrap();
-//! serve(listener, app, shutdown_signal(), Duration::from_secs(30)).await
+//! let settings = ServeSettings::new().with_shutdown_timeout(Duration::from_secs(20));
+//! serve(listener, app, shutdown_signal(), settings).await
 //! # }
 //! ```
 //!
@@ -243,6 +270,7 @@
 mod auth;
 mod backend;
 mod config;
+mod connections;
 mod error;
 mod holder;
 mod locks;
@@ -268,11 +296,16 @@ pub use config::{
     AuthSettings, BackendSettings, DEFAULT_JWKS_CACHE, DEFAULT_JWKS_MIN_REFRESH, DEFAULT_PORT,
     JwtSettings, ServerConfig,
 };
+pub use connections::{
+    DEFAULT_BODY_READ_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_SHUTDOWN_TIMEOUT, ServeSettings,
+};
 #[cfg(feature = "postgres")]
 pub use lsc_table::{LscTableBackend, validate_table_name};
 pub use openapi::OPENAPI_YAML;
 pub use responses::FENCING_TOKEN;
-pub use router::router;
+pub use router::{router, router_with_request_log};
 pub use server::{run, serve};
 pub use shutdown::shutdown_signal;
 pub use startup::StartupError;
+pub use trace::{InvalidRequestLogLevel, RequestLogLevel};

@@ -16,6 +16,7 @@ use axum::routing::{get, post};
 use percent_encoding::percent_decode_str;
 
 use crate::auth::Owner;
+use crate::connections::is_body_timeout;
 use crate::error::ApiError;
 use crate::holder;
 use crate::locks::{Answer, Locks};
@@ -99,6 +100,8 @@ async fn read_body(body: Body) -> Result<axum::body::Bytes, ApiError> {
             .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
         if too_large {
             ApiError::BodyTooLarge
+        } else if is_body_timeout(&error) {
+            ApiError::BodyTimeout
         } else {
             ApiError::BodyValidation(vec![format!(
                 "$: the request body could not be read: {error}"

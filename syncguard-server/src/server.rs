@@ -1,6 +1,7 @@
-//! Running the server: configuration to backend, router, listener, and a graceful shutdown.
+//! Running the server: configuration to backend, router, listener, the connections' limits,
+//! and a graceful shutdown.
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -10,25 +11,33 @@ use tokio::net::TcpListener;
 use crate::auth::{Auth, install_crypto_provider};
 use crate::backend::open_backend;
 use crate::config::ServerConfig;
-use crate::router::router;
+use crate::connections::{ServeSettings, connection_limit, serve_connections};
+use crate::router::router_with_request_log;
 use crate::shutdown::shutdown_signal;
 use crate::startup::StartupError;
 
 /// How long `syncguard::shutdown` may take after the last request.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Runs the server as `config` says until Ctrl-C or SIGTERM, then finishes the requests in
-/// flight (for up to `shutdown_timeout_seconds`) and calls `syncguard::shutdown`.
+/// Runs the server as `config` says until Ctrl-C or SIGTERM, then shuts down as [`serve`]
+/// does and calls `syncguard::shutdown`.
 ///
 /// # Errors
-/// Whatever stops it from starting ([`StartupError`]), or an I/O error of the listener.
+/// Whatever stops it from starting ([`StartupError`]).
 pub async fn run(config: ServerConfig) -> Result<(), StartupError> {
     // Before any backend client may sign a token of its own (the Firestore client does).
     install_crypto_provider();
+    let serving = config.serve_settings();
+    // Checked before the backend is opened, so that a bad setting is reported at once.
+    let max_connections = serving
+        .check()
+        .and_then(|()| connection_limit(serving.max_connections()))
+        .map_err(StartupError::Connections)?;
+    let serving = serving.with_max_connections(Some(max_connections));
     let auth = Auth::from_settings(&config.auth_settings())?;
     let backend = open_backend(&config.backend_settings()).await?;
     let backend_name = backend.capabilities().backend;
-    let app = router(backend, auth.clone())?;
+    let app = router_with_request_log(backend, auth.clone(), config.request_log_level)?;
     let address = SocketAddr::new(config.address, config.port);
     let listener = TcpListener::bind(address)
         .await
@@ -40,54 +49,33 @@ pub async fn run(config: ServerConfig) -> Result<(), StartupError> {
         address = %listener.local_addr().unwrap_or(address),
         backend = backend_name,
         auth = auth.mode_name(),
+        max_connections,
         "syncguard-server listening"
     );
-    serve(
-        listener,
-        app,
-        shutdown_signal(),
-        Duration::from_secs(config.shutdown_timeout_seconds),
-    )
-    .await?;
+    serve(listener, app, shutdown_signal(), serving).await?;
     let report = syncguard::shutdown(RELEASE_TIMEOUT).await;
     tracing::info!(?report, "syncguard-server stopped");
     Ok(())
 }
 
-/// Serves `app` on `listener` until `signal` completes, then stops accepting connections and
-/// waits for the requests in flight, for up to `drain_timeout`.
+/// Serves `app` on `listener` over HTTP/1.1 with the timeouts and the connection limit of
+/// `settings`, until `signal` completes; then stops accepting connections, closes those with
+/// no request in progress (idle ones, and those whose request head has not all arrived), and
+/// waits for the requests in progress for up to the shutdown timeout.
+///
+/// See [`ServeSettings`] for what each setting does. `/ready` answers 503 while the
+/// connection limit is reached.
 ///
 /// # Errors
-/// An I/O error of the listener.
+/// [`StartupError::Connections`] when a timeout is zero or the connection limit is more than
+/// the open-file limit can hold.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     signal: impl Future<Output = ()> + Send + 'static,
-    drain_timeout: Duration,
+    settings: ServeSettings,
 ) -> Result<(), StartupError> {
-    let address = listener
-        .local_addr()
-        .map_or_else(|_| "the listener".to_owned(), |address| address.to_string());
-    let (signalled, on_signal) = tokio::sync::oneshot::channel::<()>();
-    let signal = async move {
-        signal.await;
-        let _ = signalled.send(());
-    };
-    let server = axum::serve(listener, app)
-        .with_graceful_shutdown(signal)
-        .into_future();
-    tokio::pin!(server);
-    let drain_deadline = async {
-        if on_signal.await.is_err() {
-            std::future::pending::<()>().await;
-        }
-        tokio::time::sleep(drain_timeout).await;
-    };
-    tokio::select! {
-        served = &mut server => served.map_err(|source| StartupError::Serve { address, source }),
-        () = drain_deadline => {
-            tracing::warn!(?drain_timeout, "requests still in flight after the shutdown timeout; stopping anyway");
-            Ok(())
-        }
-    }
+    serve_connections(listener, app, signal, settings)
+        .await
+        .map_err(StartupError::Connections)
 }

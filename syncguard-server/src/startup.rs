@@ -50,6 +50,11 @@ pub enum StartupError {
     #[error("invalid authentication settings: {0}")]
     Auth(String),
 
+    /// The connection settings cannot be used: a timeout of zero, or a connection limit the
+    /// open-file limit cannot hold.
+    #[error("invalid connection settings: {0}")]
+    Connections(String),
+
     /// The configuration did not parse.
     #[error(transparent)]
     Config(#[from] clap::Error),

@@ -16,7 +16,7 @@ use syncguard::backend::{
     ReleaseOutcome, TimeAuthority,
 };
 use syncguard::{LockError, LockId};
-use syncguard_server::{Auth, StartupError, router, serve};
+use syncguard_server::{Auth, ServeSettings, StartupError, router, serve};
 use tokio::net::TcpListener;
 
 #[tokio::test]
@@ -156,7 +156,7 @@ async fn graceful_shutdown_finishes_requests_in_flight() {
         async move {
             let _ = stopped.await;
         },
-        Duration::from_secs(10),
+        ServeSettings::new().with_shutdown_timeout(Duration::from_secs(10)),
     ));
     let client = TestServer::client_for(address);
     backend.slow(true);

@@ -24,7 +24,26 @@ const KEPT_LINES: usize = 400;
 /// line and anything that goes wrong (not a line per request), with `env` on top (which may
 /// override those) and `args` after, and no other variable.
 fn command(env: &[(&str, &str)], args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_syncguard-server"));
+    with_binary(
+        Command::new(env!("CARGO_BIN_EXE_syncguard-server")),
+        env,
+        args,
+    )
+}
+
+/// As [`command`], with the process's open-file limit set to `open_files` (through the shell's
+/// `ulimit`, then `exec`, so the server is still the child).
+fn command_with_file_limit(env: &[(&str, &str)], args: &[&str], open_files: u64) -> Command {
+    let mut shell = Command::new("/bin/sh");
+    shell.args([
+        "-c",
+        &format!("ulimit -n {open_files} && exec \"$0\" \"$@\""),
+        env!("CARGO_BIN_EXE_syncguard-server"),
+    ]);
+    with_binary(shell, env, args)
+}
+
+fn with_binary(mut command: Command, env: &[(&str, &str)], args: &[&str]) -> Command {
     command
         .env_clear()
         .env("RUST_LOG", "warn,syncguard_server::server=info")
@@ -41,9 +60,20 @@ fn command(env: &[(&str, &str)], args: &[&str]) -> Command {
 /// A start that must fail: the binary with `env` and `args` (as [`ServerProcess`] starts
 /// it), which must exit unsuccessfully within [`PATIENCE`]. Returns what it printed.
 pub fn failed_start(env: &[(&str, &str)], args: &[&str]) -> Output {
-    let child = command(env, args)
-        .spawn()
-        .expect("the server binary starts");
+    failed(command(env, args), env, args)
+}
+
+/// As [`failed_start`], with the open-file limit set to `open_files`.
+pub fn failed_start_with_file_limit(
+    env: &[(&str, &str)],
+    args: &[&str],
+    open_files: u64,
+) -> Output {
+    failed(command_with_file_limit(env, args, open_files), env, args)
+}
+
+fn failed(mut command: Command, env: &[(&str, &str)], args: &[&str]) -> Output {
+    let child = command.spawn().expect("the server binary starts");
     let pid = child.id();
     let (sender, exited) = mpsc::channel();
     std::thread::spawn(move || {
@@ -129,7 +159,11 @@ fn expected_backend(env: &[(&str, &str)]) -> String {
 }
 
 fn spawn(name: &str, env: &[(&str, &str)]) -> Starting {
-    let mut child = command(env, &[])
+    spawn_command(name, env, command(env, &[]))
+}
+
+fn spawn_command(name: &str, env: &[(&str, &str)], mut command: Command) -> Starting {
+    let mut child = command
         .spawn()
         .unwrap_or_else(|error| panic!("could not start server {name}: {error}"));
     let log = Log::default();
@@ -237,6 +271,11 @@ impl ServerProcess {
     /// on the backend `env` names (memory without `SYNCGUARD_BACKEND_URL`).
     pub fn start_with_env(name: &str, env: &[(&str, &str)]) -> Self {
         spawn(name, env).listening()
+    }
+
+    /// As [`Self::start_with_env`], with the process's open-file limit set to `open_files`.
+    pub fn start_with_file_limit(name: &str, env: &[(&str, &str)], open_files: u64) -> Self {
+        spawn_command(name, env, command_with_file_limit(env, &[], open_files)).listening()
     }
 
     /// Several servers, each a name and a backend URL, started side by side.
