@@ -277,6 +277,7 @@ mod kept;
 mod listener;
 mod operations;
 mod refused;
+mod rows;
 mod session;
 mod statements;
 
