@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::{Instant, sleep, timeout};
 
-use super::{assert_code, assert_contended, unique_key};
+use super::support::{assert_code, assert_contended, unique_key};
 use crate::backend::LockBackend;
 use crate::key::hash_key;
 use crate::time::now_ms;

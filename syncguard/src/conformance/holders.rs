@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::sleep;
 
-use super::{acquired, assert_code, unique_key};
+use super::support::{acquired, assert_code, unique_key};
 use crate::backend::{ExtendOutcome, Lease, LockBackend, MAX_HOLDER_LEN};
 use crate::time::TIME_TOLERANCE_MS;
 use crate::{ErrorCode, get_by_key, get_by_key_raw};

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::{Instant, sleep, timeout};
 
-use super::{acquired, assert_code, assert_contended, unique_key};
+use super::support::{acquired, assert_code, assert_contended, unique_key};
 use crate::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockInfo, Lookup,
     ReleaseOutcome,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::{Instant, sleep, timeout};
 
-use super::{acquired, assert_code, unique_key};
+use super::support::{acquired, assert_code, unique_key};
 use crate::backend::LockBackend;
 use crate::time::now_ms;
 use crate::{ErrorCode, LockOptions, RetryPolicy, get_by_key};

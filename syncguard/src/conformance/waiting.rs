@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use tokio::time::{Instant, sleep, timeout};
 
-use super::{FaultyBackend, acquired, unique_key};
+use super::FaultyBackend;
+use super::support::{acquired, unique_key};
 use crate::backend::{AcquireOutcome, LockBackend};
 use crate::time::now_ms;
 use crate::{Backoff, Jitter, LockOptions, RetryPolicy};
