@@ -32,7 +32,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{LockError, LockId};
+use crate::error::LockError;
+use crate::lock_id::LockId;
 
 pub use holder::{MAX_HOLDER_LEN, check_holder};
 pub use info::LockInfo;

@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use super::support::{acquired, assert_code, assert_contended, unique_key};
 use crate::backend::{LockBackend, Lookup};
-use crate::{ErrorCode, LockId, get_by_key, get_by_key_raw};
+use crate::error::ErrorCode;
+use crate::inspect::{get_by_key, get_by_key_raw};
+use crate::lock_id::LockId;
 
 /// Bad input gives `InvalidArgument` before any change: empty and 513-byte keys, malformed
 /// lock ids, zero ttls. A 512-byte key is accepted.

@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use crate::backend::{Lease, LockBackend};
-use crate::{ErrorCode, LockError, LockId};
+use crate::error::{ErrorCode, LockError};
+use crate::lock_id::LockId;
 
 /// A key no other check (or earlier run) uses.
 pub fn unique_key(label: &str) -> String {

@@ -295,7 +295,7 @@ use refused::RecentlyRefused;
 use session::{Session, boxed};
 use statements::Inner;
 
-use crate::LockError;
+use crate::error::LockError;
 
 /// The schema for the default table names, as a migration file (`schema.sql`). For custom
 /// names, [`PostgresConfig::schema_sql`] renders the same DDL.

@@ -12,9 +12,10 @@ use crate::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockInfo, Lookup,
     NotHeldReason, ReleaseNotifier, ReleaseOutcome, TimeAuthority,
 };
+use crate::error::LockError;
 use crate::key::{make_storage_key, normalize_key};
+use crate::lock_id::LockId;
 use crate::time::{TIME_TOLERANCE_MS, check_expiry, ttl_millis};
-use crate::{LockError, LockId};
 
 impl PostgresBackend {
     pub(super) async fn release_impl(&self, lock_id: &LockId) -> Result<ReleaseOutcome, LockError> {

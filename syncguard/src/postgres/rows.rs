@@ -10,7 +10,8 @@ use sqlx::{Decode, Postgres, Row, Type};
 
 use crate::backend::{AcquireOutcome, Lease, LockInfo};
 use crate::error::LockError;
-use crate::{Fence, LockId};
+use crate::fence::Fence;
+use crate::lock_id::LockId;
 
 /// Whether an acquire took (or re-entered) the lock.
 pub(super) const ACQUIRED: &str = "acquired";

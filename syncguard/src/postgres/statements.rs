@@ -6,7 +6,7 @@ use std::sync::Arc;
 use sqlx::{AssertSqlSafe, SqlStr};
 
 use super::config::{Names, PostgresConfig};
-use crate::LockError;
+use crate::error::LockError;
 
 /// The server's clock in Unix milliseconds, in every statement.
 macro_rules! now_ms {
