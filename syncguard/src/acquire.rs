@@ -10,10 +10,12 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::{
     AcquireOutcome, Contention, Lease, LockBackend, LockObserver, ReleaseWatch, Wake,
 };
+use crate::error::LockError;
 use crate::guard::{LockGuard, SentAt, Start};
 use crate::key::normalize_key;
+use crate::lock_name::LockName;
+use crate::options::LockOptions;
 use crate::time::{TIME_TOLERANCE_MS, now_ms};
-use crate::{LockError, LockName, LockOptions};
 
 /// Acquires the lock on `key`, waiting and retrying as the options' [retry
 /// policy](crate::LockOptionsBuilder::retry) says, and returns its guard, with the heartbeat

@@ -2,8 +2,8 @@
 
 use std::sync::{Arc, OnceLock};
 
-use crate::LockError;
 use crate::backend::LockBackend;
+use crate::error::LockError;
 
 static DEFAULT_BACKEND: OnceLock<Arc<dyn LockBackend>> = OnceLock::new();
 

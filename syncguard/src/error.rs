@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::LockName;
+use crate::lock_name::LockName;
 
 /// A boxed driver error, kept as the [`source`](std::error::Error::source) of a [`LockError`].
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

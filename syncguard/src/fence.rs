@@ -3,7 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::LockError;
+use crate::error::LockError;
 
 /// Fences above this value are refused with [`LockError::Internal`].
 pub const FENCE_MAX: u64 = 900_000_000_000_000;

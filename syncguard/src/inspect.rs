@@ -1,7 +1,8 @@
 //! Diagnostics: who holds a lock, and until when.
 
 use crate::backend::{LockBackend, LockInfo, Lookup};
-use crate::{LockError, LockId};
+use crate::error::LockError;
+use crate::lock_id::LockId;
 
 /// A live lock with its raw key and lock id. **Sensitive**: for debugging only; do not log it
 /// in production.

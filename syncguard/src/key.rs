@@ -56,7 +56,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use sha2::{Digest as _, Sha256};
 use unicode_normalization::{IsNormalized, UnicodeNormalization as _, is_nfc_quick};
 
-use crate::LockError;
+use crate::error::LockError;
 
 /// The largest accepted user key, in UTF-8 bytes after NFC normalization.
 pub const MAX_KEY_LENGTH_BYTES: usize = 512;

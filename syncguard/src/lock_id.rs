@@ -7,7 +7,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use rand::RngCore as _;
 
-use crate::LockError;
+use crate::error::LockError;
 
 /// The handle of one acquisition: 16 bytes from a CSPRNG, encoded base64url without padding
 /// (22 characters), as the reference design makes them.

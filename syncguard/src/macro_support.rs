@@ -9,8 +9,8 @@
 //! ([`try_acquire`](crate::try_acquire) found the lock held). They are public, and documented, so that a compile error about a misused
 //! `#[locked]` names them plainly.
 
-use crate::LockError;
 use crate::backend::LockBackend;
+use crate::error::LockError;
 
 /// The return types of a `#[locked]` function: a `Result` whose error type can hold a
 /// [`LockError`] (`E: From<LockError>`), through which lock failures (contention, a backend

@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
+use crate::error::LockError;
+use crate::retry::RetryPolicy;
 use crate::time::ttl_millis;
-use crate::{LockError, RetryPolicy};
 
 /// The default ttl of a lock: 30 seconds.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);

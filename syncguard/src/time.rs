@@ -2,7 +2,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::LockError;
+use crate::error::LockError;
 
 /// How long past its stored expiry a lock still counts as live, in milliseconds. Fixed (not
 /// configurable) and the same for every backend, as in the reference design: it absorbs clock

@@ -1,7 +1,10 @@
 //! Running work under a lock, from acquire to release.
 
+use crate::acquire;
 use crate::backend::LockBackend;
-use crate::{LockError, LockGuard, LockOptions, acquire};
+use crate::error::LockError;
+use crate::guard::LockGuard;
+use crate::options::LockOptions;
 
 /// Runs `work` under the lock on `key`: acquires it (waiting as `options` say), keeps it alive
 /// while the work runs, and releases it on every path, errors included.

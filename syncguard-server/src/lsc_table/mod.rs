@@ -50,6 +50,7 @@
 //!   refused (`InvalidArgument`).
 
 mod identity;
+mod rows;
 mod statements;
 
 use std::sync::Arc;
@@ -63,6 +64,7 @@ use syncguard::backend::{
 use syncguard::{Fence, LockError, LockId};
 
 use identity::{derive_lock_id, holder_of, split_holder, split_key};
+use rows::{Found, Taken};
 use statements::Statements;
 
 /// The longest table name PostgreSQL keeps whole.
@@ -212,20 +214,20 @@ impl LscTableBackend {
         let (owner, instance_id) = split_holder(holder)?;
         let seconds = ceil_seconds(ttl)?;
         let lock_id = derive_lock_id(namespace, lock_name, &owner, &instance_id)?;
-        let row: Option<(i64, i64, Option<i64>)> =
-            sqlx::query_as(AssertSqlSafe(self.sql.acquire.as_str()))
-                .bind(namespace)
-                .bind(lock_name)
-                .bind(&owner)
-                .bind(&instance_id)
-                .bind(seconds)
-                .bind(lock_id.as_str())
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(map_error)?;
-        let Some((expiry, _lease_duration, fence)) = row else {
+        let row = sqlx::query(AssertSqlSafe(self.sql.acquire.as_str()))
+            .bind(namespace)
+            .bind(lock_name)
+            .bind(&owner)
+            .bind(&instance_id)
+            .bind(seconds)
+            .bind(lock_id.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_error)?;
+        let Some(row) = row else {
             return Ok(AcquireOutcome::contended(None));
         };
+        let Taken { expiry, fence } = Taken::read(&row)?;
         Ok(AcquireOutcome::Acquired(Lease::new(
             lock_id,
             expires_at_ms(expiry),
@@ -239,22 +241,22 @@ impl LscTableBackend {
         lock_id: &LockId,
         seconds: i64,
     ) -> Result<ExtendOutcome, LockError> {
-        let row: Option<(i64,)> = sqlx::query_as(AssertSqlSafe(sql))
+        let row = sqlx::query(AssertSqlSafe(sql))
             .bind(lock_id.as_str())
             .bind(seconds)
             .fetch_optional(&self.pool)
             .await
             .map_err(map_error)?;
         Ok(match row {
-            Some((expiry,)) => ExtendOutcome::Extended {
-                expires_at_ms: expires_at_ms(expiry),
+            Some(row) => ExtendOutcome::Extended {
+                expires_at_ms: expires_at_ms(rows::read(&row, "expiry")?),
             },
             None => ExtendOutcome::NotHeld(None),
         })
     }
 
     async fn release_id(&self, lock_id: &LockId) -> Result<ReleaseOutcome, LockError> {
-        let row: Option<(String,)> = sqlx::query_as(AssertSqlSafe(self.sql.release.as_str()))
+        let row = sqlx::query(AssertSqlSafe(self.sql.release.as_str()))
             .bind(lock_id.as_str())
             .fetch_optional(&self.pool)
             .await
@@ -267,37 +269,43 @@ impl LscTableBackend {
     }
 
     async fn lookup_lock(&self, query: Lookup<'_>) -> Result<Option<LockInfo>, LockError> {
-        let row: Option<Row> = match query {
+        let (namespace, lock_name, found) = match query {
             Lookup::Key(key) => {
                 let (namespace, lock_name) = split_key(key)?;
-                let row: Option<(String, String, i64, i64, Option<i64>)> =
-                    sqlx::query_as(AssertSqlSafe(self.sql.lookup_key.as_str()))
-                        .bind(namespace)
-                        .bind(lock_name)
-                        .fetch_optional(&self.pool)
-                        .await
-                        .map_err(map_error)?;
-                row.map(|(owner, instance_id, lease, expiry, fence)| {
-                    (
-                        namespace.to_owned(),
-                        lock_name.to_owned(),
-                        owner,
-                        instance_id,
-                        lease,
-                        expiry,
-                        fence,
-                    )
-                })
+                let row = sqlx::query(AssertSqlSafe(self.sql.lookup_key.as_str()))
+                    .bind(namespace)
+                    .bind(lock_name)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(map_error)?;
+                let Some(row) = row else { return Ok(None) };
+                (
+                    namespace.to_owned(),
+                    lock_name.to_owned(),
+                    Found::read(&row)?,
+                )
             }
-            Lookup::LockId(lock_id) => sqlx::query_as(AssertSqlSafe(self.sql.lookup_id.as_str()))
-                .bind(lock_id.as_str())
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(map_error)?,
+            Lookup::LockId(lock_id) => {
+                let row = sqlx::query(AssertSqlSafe(self.sql.lookup_id.as_str()))
+                    .bind(lock_id.as_str())
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(map_error)?;
+                let Some(row) = row else { return Ok(None) };
+                (
+                    rows::read(&row, "namespace")?,
+                    rows::read(&row, "lock_name")?,
+                    Found::read(&row)?,
+                )
+            }
         };
-        let Some((namespace, lock_name, owner, instance_id, lease, expiry, fence)) = row else {
-            return Ok(None);
-        };
+        let Found {
+            owner,
+            instance_id,
+            lease_duration: lease,
+            expiry,
+            fence,
+        } = found;
         let lock_id = derive_lock_id(&namespace, &lock_name, &owner, &instance_id)?;
         let acquired_second = expiry.saturating_sub(lease);
         let info = LockInfo::new(
@@ -315,18 +323,15 @@ impl LscTableBackend {
 
     async fn locked(&self, key: &str) -> Result<bool, LockError> {
         let (namespace, lock_name) = split_key(key)?;
-        let (locked,): (bool,) = sqlx::query_as(AssertSqlSafe(self.sql.is_locked.as_str()))
+        let row = sqlx::query(AssertSqlSafe(self.sql.is_locked.as_str()))
             .bind(namespace)
             .bind(lock_name)
             .fetch_one(&self.pool)
             .await
             .map_err(map_error)?;
-        Ok(locked)
+        rows::read(&row, "locked")
     }
 }
-
-/// A row as both lookups read it.
-type Row = (String, String, String, String, i64, i64, Option<i64>);
 
 impl LockBackend for LscTableBackend {
     fn acquire<'a>(

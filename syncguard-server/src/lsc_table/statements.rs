@@ -156,7 +156,7 @@ pruned AS (
     DELETE FROM {side}
     WHERE namespace = $1 AND lock_name = $2 AND lock_id <> $6 AND EXISTS (SELECT 1 FROM up)
 )
-SELECT up.expiry, up.lease_duration,
+SELECT up.expiry AS expiry, up.lease_duration AS lease_duration,
        COALESCE((SELECT fence FROM bumped), (SELECT fence FROM kept)) AS fence
 FROM up"
         );
@@ -168,14 +168,14 @@ FROM up"
             "UPDATE {t} AS t SET lease_duration = t.lease_duration + $2, expiry = t.expiry + $2
 FROM {side} s
 WHERE {live_derived}
-RETURNING t.expiry"
+RETURNING t.expiry AS expiry"
         );
         let extend = format!(
             "UPDATE {t} AS t
 SET lease_duration = t.lease_duration + ({NOW_S} + $2 - t.expiry), expiry = {NOW_S} + $2
 FROM {side} s
 WHERE {live_derived}
-RETURNING t.expiry"
+RETURNING t.expiry AS expiry"
         );
         let release = format!(
             "WITH del AS (
@@ -207,21 +207,23 @@ created AS (
     ON CONFLICT (namespace, lock_name) DO NOTHING
     RETURNING fence
 )
-SELECT cur.owner, cur.instance_id, cur.lease_duration, cur.expiry,
+SELECT cur.owner AS owner, cur.instance_id AS instance_id,
+       cur.lease_duration AS lease_duration, cur.expiry AS expiry,
        COALESCE((SELECT fence FROM created),
                 (SELECT fence FROM {fences} WHERE namespace = $1 AND lock_name = $2)) AS fence
 FROM cur"
         );
         let lookup_id = format!(
-            "SELECT t.namespace, t.lock_name, t.owner, t.instance_id, t.lease_duration, t.expiry,
-       f.fence
+            "SELECT t.namespace AS namespace, t.lock_name AS lock_name, t.owner AS owner,
+       t.instance_id AS instance_id, t.lease_duration AS lease_duration, t.expiry AS expiry,
+       f.fence AS fence
 FROM {side} s
 JOIN {t} t ON t.namespace = s.namespace AND t.lock_name = s.lock_name
 LEFT JOIN {fences} f ON f.namespace = t.namespace AND f.lock_name = t.lock_name
 WHERE {live_derived}"
         );
         let is_locked = format!(
-            "SELECT EXISTS (SELECT 1 FROM {t} WHERE namespace = $1 AND lock_name = $2 AND expiry >= {NOW_S})"
+            "SELECT EXISTS (SELECT 1 FROM {t} WHERE namespace = $1 AND lock_name = $2 AND expiry >= {NOW_S}) AS locked"
         );
         let install_fence_trigger = format!(
             "{function}

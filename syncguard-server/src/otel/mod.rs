@@ -103,11 +103,6 @@ pub struct OtelGuard {
 }
 
 impl OtelGuard {
-    /// Whether anything is exported.
-    pub fn is_exporting(&self) -> bool {
-        self.tracer_provider.is_some() || self.meter_provider.is_some()
-    }
-
     /// Exports the spans and metrics still buffered (the metrics are collected once more),
     /// then stops the exporters. Failures are logged; each provider waits at most about 5 s.
     pub async fn shutdown(self) {

@@ -1,6 +1,6 @@
 //! Holders: an identity stored with a lock, for services that lock on behalf of their clients.
 
-use crate::LockError;
+use crate::error::LockError;
 
 /// The longest holder, in bytes.
 pub const MAX_HOLDER_LEN: usize = 1024;

@@ -2,8 +2,9 @@
 
 use std::fmt;
 
+use crate::fence::Fence;
 use crate::key::hash_key;
-use crate::{Fence, LockId};
+use crate::lock_id::LockId;
 
 /// A live lock as diagnostics see it: sanitized, with hashes in place of the raw key and lock
 /// id (see [`hash_key`]). [`get_by_key_raw`](crate::get_by_key_raw) and

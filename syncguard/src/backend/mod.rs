@@ -5,6 +5,21 @@
 //! [`with_lock`](crate::with_lock) and [`LockGuard`](crate::LockGuard) call the backend. It is
 //! for writing a backend (run the conformance suite, `syncguard::conformance`, against it),
 //! a decorator (as the telemetry ones), or an observer ([`LockObserver`]).
+//!
+//! # Why the operations return boxed futures
+//!
+//! The core keeps every backend as an `Arc<dyn LockBackend>`: a guard and its keeper, the
+//! process-wide [default backend](crate::set_default_backend) that `#[locked]` falls back on,
+//! and the decorators that wrap any backend (telemetry) all hold one, so that one
+//! [`LockGuard`](crate::LockGuard) type serves every backend and a backend can be chosen at
+//! run time. A trait used as `dyn` cannot have `async fn` methods nor methods returning
+//! `impl Future`: their future types differ per implementation, and a vtable needs one type.
+//! So each method returns a [`BoxFuture`], one allocation per call, which is small beside the
+//! network round trip a backend operation makes. The alternative, an `async fn` trait for
+//! implementers and an object-safe twin with a blanket impl (sqlx's
+//! `AnyConnectionBackend`), would give implementers nicer signatures at the price of two
+//! traits to learn and keep in step; implementing this one is writing
+//! `Box::pin(async move { ... })` around each body.
 
 mod holder;
 mod info;
@@ -17,7 +32,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{LockError, LockId};
+use crate::error::LockError;
+use crate::lock_id::LockId;
 
 pub use holder::{MAX_HOLDER_LEN, check_holder};
 pub use info::LockInfo;

@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use super::Lease;
-use crate::{LockError, LockId, LostReason};
+use crate::error::{LockError, LostReason};
+use crate::lock_id::LockId;
 
 /// Receives the events of acquiring and holding locks that single backend calls cannot see:
 /// how long an acquire waited, heartbeats, how long a lock was held, losses.

@@ -2,7 +2,8 @@
 
 use std::fmt;
 
-use crate::{Fence, LockId};
+use crate::fence::Fence;
+use crate::lock_id::LockId;
 
 /// A successful acquisition.
 #[derive(Debug, Clone, PartialEq, Eq)]

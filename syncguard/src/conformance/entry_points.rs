@@ -6,11 +6,14 @@ use std::time::Duration;
 
 use tokio::time::{Instant, sleep, timeout};
 
-use super::{assert_code, assert_contended, unique_key};
+use super::support::{assert_code, assert_contended, unique_key};
 use crate::backend::LockBackend;
+use crate::error::{ErrorCode, LockError, LostReason};
+use crate::inspect::{get_by_id, get_by_key};
 use crate::key::hash_key;
+use crate::options::LockOptions;
+use crate::retry::RetryPolicy;
 use crate::time::now_ms;
-use crate::{ErrorCode, LockError, LockOptions, LostReason, RetryPolicy, get_by_id, get_by_key};
 
 /// Options with a long ttl (no heartbeat extend during a check) and no wait.
 fn hasty() -> LockOptions {

@@ -11,7 +11,8 @@ use crate::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockInfo, LockObserver,
     Lookup, ReleaseNotifier, ReleaseOutcome,
 };
-use crate::{LockError, LockId};
+use crate::error::LockError;
+use crate::lock_id::LockId;
 
 /// Wraps a backend to count what passes through it and to inject faults into it: every call
 /// failing (a store out of reach, or the process gone), every call slowed down, or extends

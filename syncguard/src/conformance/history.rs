@@ -21,7 +21,8 @@ use std::sync::Mutex;
 
 use tokio::time::Instant;
 
-use crate::{Fence, LostReason};
+use crate::error::LostReason;
+use crate::fence::Fence;
 
 /// One acquisition, as its holder saw it.
 #[derive(Debug, Clone)]

@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use tokio::time::sleep;
 
-use super::{acquired, assert_code, unique_key};
+use super::support::{acquired, assert_code, unique_key};
 use crate::backend::{ExtendOutcome, Lease, LockBackend, MAX_HOLDER_LEN};
+use crate::error::ErrorCode;
+use crate::inspect::{get_by_key, get_by_key_raw};
 use crate::time::TIME_TOLERANCE_MS;
-use crate::{ErrorCode, get_by_key, get_by_key_raw};
 
 async fn acquired_as<B: LockBackend>(backend: &B, key: &str, ttl: Duration, holder: &str) -> Lease {
     match backend.acquire_as(key, ttl, holder).await {

@@ -8,13 +8,16 @@ use std::time::Duration;
 
 use tokio::time::{Instant, sleep, timeout};
 
-use super::{acquired, assert_code, assert_contended, unique_key};
+use super::support::{acquired, assert_code, assert_contended, unique_key};
 use crate::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockInfo, Lookup,
     ReleaseOutcome,
 };
+use crate::error::{ErrorCode, LockError, LostReason};
+use crate::lock_id::LockId;
+use crate::options::LockOptions;
+use crate::retry::RetryPolicy;
 use crate::time::TIME_TOLERANCE_MS;
-use crate::{ErrorCode, LockError, LockId, LockOptions, LostReason, RetryPolicy};
 
 /// Durations that would overflow `Instant` arithmetic are refused before any I/O (a ttl) or
 /// saturate (a hold cap, retry delays and timeouts): a guard with `max_hold = Duration::MAX`

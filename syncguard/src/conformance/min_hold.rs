@@ -5,10 +5,13 @@ use std::time::Duration;
 
 use tokio::time::{Instant, sleep, timeout};
 
-use super::{acquired, assert_code, unique_key};
+use super::support::{acquired, assert_code, unique_key};
 use crate::backend::LockBackend;
+use crate::error::ErrorCode;
+use crate::inspect::get_by_key;
+use crate::options::LockOptions;
+use crate::retry::RetryPolicy;
 use crate::time::now_ms;
-use crate::{ErrorCode, LockOptions, RetryPolicy, get_by_key};
 
 /// An early release keeps the key held until the minimum hold is over (and reports a
 /// release, not a loss); a late one frees it at once.

@@ -4,7 +4,7 @@ use firestore::FirestoreDb;
 
 use super::error::map_error;
 use super::{FirestoreBackend, FirestoreConfig};
-use crate::LockError;
+use crate::error::LockError;
 
 /// Builds a [`FirestoreBackend`] that makes its own client; from
 /// [`FirestoreBackend::builder`].

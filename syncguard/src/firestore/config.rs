@@ -1,6 +1,6 @@
 //! Configuration of the Firestore backend.
 
-use crate::LockError;
+use crate::error::LockError;
 
 /// Collection names and transaction behaviour of a [`FirestoreBackend`](super::FirestoreBackend).
 ///

@@ -11,8 +11,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::config::{MAX_ID_BYTES, id_problem};
 use crate::backend::LockInfo;
+use crate::error::LockError;
+use crate::fence::Fence;
 use crate::key::{make_fence_key, make_storage_key};
-use crate::{Fence, LockError, LockId};
+use crate::lock_id::LockId;
 
 /// A lock document, field for field as the reference stores it, plus `holder`.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 
 use firestore::errors::{FirestoreError, FirestoreSystemError};
 
-use crate::{BoxError, LockError};
+use crate::error::{BoxError, LockError};
 
 /// Maps an error of the `firestore` crate, keeping the error inside it as the source (see
 /// [`driver_error`]).
@@ -199,7 +199,7 @@ impl ConnectFailure {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ErrorCode;
+    use crate::error::ErrorCode;
     use firestore::gcloud_sdk::tonic::{Code, Status};
 
     #[test]

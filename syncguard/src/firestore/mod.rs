@@ -156,8 +156,8 @@ use firestore::FirestoreDb;
 pub use builder::FirestoreBackendBuilder;
 pub use config::FirestoreConfig;
 
-use crate::LockError;
 use crate::backend::ReleaseNotifier;
+use crate::error::LockError;
 
 /// Locks in Cloud Firestore (or its emulator), shared by every process using the same project,
 /// database and collections.

@@ -15,9 +15,11 @@ use crate::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, Lease, LockBackend, LockInfo, Lookup,
     NotHeldReason, ReleaseNotifier, ReleaseOutcome, TimeAuthority, check_holder,
 };
+use crate::error::LockError;
+use crate::fence::Fence;
 use crate::key::{hash_key, normalize_key};
+use crate::lock_id::LockId;
 use crate::time::{check_expiry, is_live, now_ms, ttl_millis};
-use crate::{Fence, LockError, LockId};
 
 /// What release and extend found for a lock id.
 enum Resolved {

@@ -13,7 +13,8 @@ use firestore::{
 use super::FirestoreBackend;
 use super::documents::{FenceDocument, Found, LockDocument, unchanged_since};
 use super::error::{is_aborted, is_conflict, map_error};
-use crate::{LockError, LockId};
+use crate::error::LockError;
+use crate::lock_id::LockId;
 
 /// A write planned from a snapshot, committed only if the document is still as it was read.
 pub(super) enum Write {

@@ -7,7 +7,10 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::state::Shared;
-use crate::{Fence, LockId, LockName, LostReason};
+use crate::error::LostReason;
+use crate::fence::Fence;
+use crate::lock_id::LockId;
+use crate::lock_name::LockName;
 
 /// A cheap read-only handle on what a [`LockGuard`](crate::LockGuard) holds (key, lock id,
 /// fence, expiry) and on its loss, for code that must not own the guard: the work's own

@@ -3,8 +3,8 @@
 use tokio::time::Instant;
 
 use super::state::Shared;
-use crate::LockError;
 use crate::backend::{ExtendOutcome, LockBackend, ReleaseOutcome};
+use crate::error::LockError;
 
 /// Lets the lock go: released, or, before its `min_hold` is over, left to expire then: its
 /// expiry set to the end of the minimum hold on the backend's clock (which the caller counts

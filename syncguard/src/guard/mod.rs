@@ -32,8 +32,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::backend::LockBackend;
+use crate::error::{LockError, LostReason};
+use crate::fence::Fence;
+use crate::lock_id::LockId;
+use crate::lock_name::LockName;
 use crate::time::ttl_millis;
-use crate::{Fence, LockError, LockId, LockName, LostReason};
 use shutdown::Registration;
 pub(crate) use state::Start;
 use state::{Extension, Shared};

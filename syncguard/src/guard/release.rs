@@ -8,8 +8,8 @@ use super::let_go::let_go;
 use super::shutdown::Registration;
 use super::state::Shared;
 use super::{Keeper, LockGuard};
-use crate::LostReason;
 use crate::backend::LockBackend;
+use crate::error::LostReason;
 
 impl Drop for LockGuard {
     fn drop(&mut self) {

@@ -7,7 +7,8 @@ use std::time::Duration;
 use tracing::Instrument as _;
 
 use super::LockGuard;
-use crate::{LockError, LostReason, OnLost};
+use crate::error::{LockError, LostReason};
+use crate::options::OnLost;
 
 /// How long the release at the end of the work is waited for before it is left to the
 /// background: the caller should learn the outcome of its work promptly even when the

@@ -15,8 +15,8 @@ use tokio::time::{Instant, timeout_at};
 
 use super::lease::later;
 use super::state::Shared;
-use crate::LostReason;
 use crate::backend::{LockBackend, ReleaseOutcome};
+use crate::error::LostReason;
 
 struct Held {
     backend: Arc<dyn LockBackend>,

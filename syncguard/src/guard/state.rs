@@ -12,7 +12,11 @@ use tokio_util::sync::CancellationToken;
 use super::lease::{Belief, LeaseClock, later, whole_millis};
 use crate::backend::LockObserver;
 use crate::backend::{ExtendOutcome, LockBackend, ReleaseOutcome};
-use crate::{Fence, LockError, LockId, LockName, LostReason, OnLost};
+use crate::error::{LockError, LostReason};
+use crate::fence::Fence;
+use crate::lock_id::LockId;
+use crate::lock_name::LockName;
+use crate::options::OnLost;
 
 pub(crate) struct Shared {
     /// The (normalized) key.

@@ -8,8 +8,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::acquire::{acquire_as, share};
 use crate::backend::LockBackend;
+use crate::error::LockError;
 use crate::key::normalize_key;
-use crate::{Backoff, LockError, LockId, LockOptions, OnLost, RetryPolicy};
+use crate::lock_id::LockId;
+use crate::options::{LockOptions, OnLost};
+use crate::retry::{Backoff, RetryPolicy};
 
 use super::Leadership;
 use super::holder;

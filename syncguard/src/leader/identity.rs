@@ -1,7 +1,7 @@
 //! A candidate's identity: what observers are shown as the leader. The rules it follows, and
 //! the default one (`host:pid`).
 
-use crate::LockError;
+use crate::error::LockError;
 
 /// The longest identity, in bytes. Escaped for JSON (at most twice as long) inside the
 /// holder's object, it stays within [`MAX_HOLDER_LEN`](crate::backend::MAX_HOLDER_LEN).

@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::{Fence, LockError, LockGuard, LockHandle, LostReason};
+use crate::error::{LockError, LostReason};
+use crate::fence::Fence;
+use crate::guard::{LockGuard, LockHandle};
 
 /// The leadership of an election, won by [`Election::campaign`](super::Election::campaign):
 /// the leader's lock, kept by the heartbeat.

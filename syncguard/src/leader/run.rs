@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{Election, Leadership};
-use crate::LockError;
+use crate::error::LockError;
 
 /// The pause before campaigning again after the second setback in a row; doubled after each
 /// further one, up to the ttl.

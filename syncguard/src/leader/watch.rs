@@ -8,7 +8,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::{Election, holder};
-use crate::{Fence, LockError};
+use crate::error::LockError;
+use crate::fence::Fence;
 
 /// Who leads an election, as an observer sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -9,9 +9,10 @@ use crate::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockInfo, Lookup,
     ReleaseNotifier, ReleaseOutcome, TimeAuthority, check_holder,
 };
+use crate::error::LockError;
 use crate::key::normalize_key;
+use crate::lock_id::LockId;
 use crate::time::{check_expiry, now_ms, ttl_millis};
-use crate::{LockError, LockId};
 
 impl MemoryBackend {
     /// Applies `view` to the live lock the query names, if any.

@@ -7,7 +7,9 @@ use std::hash::{BuildHasher as _, BuildHasherDefault};
 
 use super::entries::{ByHash, Held, LockIdHasher, Slot, StoredKey, find_lock, take_lock};
 use crate::backend::{AcquireOutcome, ExtendOutcome, Lease, NotHeldReason, ReleaseOutcome};
-use crate::{Fence, LockError, LockId};
+use crate::error::LockError;
+use crate::fence::Fence;
+use crate::lock_id::LockId;
 
 #[derive(Default)]
 pub(super) struct State {

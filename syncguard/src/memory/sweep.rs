@@ -74,8 +74,8 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::LockError;
     use crate::backend::{AcquireOutcome, Lease};
+    use crate::error::LockError;
 
     fn lease(outcome: Result<AcquireOutcome, LockError>) -> Lease {
         outcome.unwrap().lease().expect("acquired")

@@ -32,13 +32,16 @@ use sqlx::Row;
 use sqlx::postgres::PgRow;
 
 use super::in_doubt::AcquireInDoubt;
-use super::operations::{as_bigint, decode_error, millis, parse_lock_id};
+use super::operations::as_bigint;
+use super::rows;
 use super::session::{Attempt, boxed};
 use super::{PostgresBackend, STORAGE_KEY_LIMIT_BYTES};
-use crate::backend::{AcquireOutcome, Lease, check_holder};
+use crate::backend::{AcquireOutcome, check_holder};
+use crate::error::LockError;
+use crate::fence::FENCE_MAX;
 use crate::key::{make_fence_key, make_storage_key, normalize_key};
+use crate::lock_id::LockId;
 use crate::time::{TIME_TOLERANCE_MS, ttl_millis};
-use crate::{FENCE_MAX, Fence, LockError, LockId};
 
 impl PostgresBackend {
     /// Takes the lock on `key` for `ttl`; with a `holder`, stores it with the lock and
@@ -116,7 +119,7 @@ impl PostgresBackend {
                     // With a holder, the call itself re-entered what the first run took, so a
                     // refusal means another holder holds the key now; the first run may still
                     // land once it lets go.
-                    if attempt == Attempt::Retry && !row.try_get::<bool, _>(0)? {
+                    if attempt == Attempt::Retry && !row.try_get::<bool, _>(rows::ACQUIRED)? {
                         if holder.is_some() {
                             return Ok(Acquired::HeldByAnother(row));
                         }
@@ -136,12 +139,12 @@ impl PostgresBackend {
         let outcome = match outcome {
             // A retry found another holder: the first run may still land, so the acquire stays
             // in doubt (released in the background when `in_doubt` drops).
-            Ok(Acquired::HeldByAnother(refusal)) => holder_expiry(&refusal),
+            Ok(Acquired::HeldByAnother(refusal)) => rows::refusal(&refusal),
             // Settled only once the row is read: a lock whose row cannot be read is in doubt,
             // and released in the background (the statements cast every column, so that a
             // table altered by hand fails the statement instead).
-            Ok(Acquired::Row(row)) => settled(in_doubt, read_row(&row)),
-            Ok(Acquired::OwnLock(row)) => settled(in_doubt, read_own_lock(lock_id, &row)),
+            Ok(Acquired::Row(row)) => settled(in_doubt, rows::acquire_answer(&row)),
+            Ok(Acquired::OwnLock(row)) => settled(in_doubt, rows::own_lock(lock_id, &row)),
             Err(error) => {
                 in_doubt.settle_if_certain(&error);
                 Err(error)
@@ -154,30 +157,6 @@ impl PostgresBackend {
         }
         outcome
     }
-}
-
-/// The outcome an acquire statement's row says: taken (this call's lock id, or the re-entered
-/// lock's), or contended.
-fn read_row(row: &PgRow) -> Result<AcquireOutcome, LockError> {
-    if !row.try_get::<bool, _>(0).map_err(decode_error)? {
-        return holder_expiry(row);
-    }
-    let held: String = row.try_get(3).map_err(decode_error)?;
-    Ok(AcquireOutcome::Acquired(Lease::new(
-        parse_lock_id(&held)?,
-        millis(row, 1)?,
-        Fence::new(millis(row, 2)?)?,
-    )))
-}
-
-/// The lock a retried plain acquire found its first run took (a lookup row).
-fn read_own_lock(lock_id: LockId, row: &PgRow) -> Result<AcquireOutcome, LockError> {
-    let fence: String = row.try_get(4).map_err(decode_error)?;
-    Ok(AcquireOutcome::Acquired(Lease::new(
-        lock_id,
-        millis(row, 2)?,
-        fence.parse()?,
-    )))
 }
 
 /// `outcome`, with the acquire no longer in doubt if it was read.
@@ -215,13 +194,4 @@ impl Acquired {
             None => Self::HeldByAnother(refusal),
         }
     }
-}
-
-/// A refusal, with the live holder's expiry that the acquire function read under its row lock
-/// (the `expires_at_ms` column of a refusing row): a waiter tries again when that lease ends.
-fn holder_expiry(refusal: &PgRow) -> Result<AcquireOutcome, LockError> {
-    let expires_at_ms: Option<i64> = refusal.try_get(1).map_err(decode_error)?;
-    // Never negative in a live lock; a row damaged by hand is just not reported.
-    let expires_at_ms = expires_at_ms.and_then(|ms| u64::try_from(ms).ok());
-    Ok(AcquireOutcome::contended(expires_at_ms))
 }

@@ -6,7 +6,7 @@ use sqlx::postgres::PgConnectOptions;
 
 use super::session::boxed;
 use super::{PostgresBackend, PostgresConfig};
-use crate::LockError;
+use crate::error::LockError;
 
 /// Builds a [`PostgresBackend`] that connects a pool of its own; from
 /// [`PostgresBackend::builder`].

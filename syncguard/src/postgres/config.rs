@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::LockError;
+use crate::error::LockError;
 
 /// Table names and behaviour of a [`PostgresBackend`](super::PostgresBackend).
 ///

@@ -4,7 +4,7 @@ use std::io::ErrorKind;
 
 use sqlx::PgPool;
 
-use crate::{BoxError, LockError};
+use crate::error::{BoxError, LockError};
 
 /// Maps a sqlx error; `pool`, when known, tells a pool timeout caused by exhaustion (all
 /// connections busy: [`LockError::RateLimited`]) from one caused by a slow or unreachable
@@ -177,7 +177,7 @@ fn missing_database(pool: Option<&PgPool>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ErrorCode;
+    use crate::error::ErrorCode;
 
     #[test]
     fn tls_failures_say_what_to_do() {

@@ -12,8 +12,9 @@ use tokio::time::{Instant, sleep};
 
 use super::PostgresBackend;
 use crate::backend::ReleaseOutcome;
+use crate::error::{ErrorCode, LockError};
+use crate::lock_id::LockId;
 use crate::time::TIME_TOLERANCE_MS;
-use crate::{ErrorCode, LockError, LockId};
 
 /// How many times a lock in doubt is released before the backend gives up on it: a statement
 /// held up in the network can land after a release that found nothing.

@@ -181,7 +181,7 @@
 //!   concurrent notifying releases do not share their WAL flushes. Uncontended releases, which
 //!   do not notify, cost the same as with notifications off: on a 2-core test machine
 //!   (PostgreSQL 15, `fsync` on; medians of three 3-second runs of the ignored test
-//!   `release_notification_cost` in `tests/postgres_waiting.rs`), acquire+release cycles on
+//!   `release_notification_cost` in `tests/postgres/waiting.rs`), acquire+release cycles on
 //!   keys of their own made, with notifications on and off, about 1,190 and 1,170 per second
 //!   with one task, 2,130 and 2,200 with 4, and 3,080 and 3,060 with 16 (when every release
 //!   notified: 1,120 and 1,110, 1,590 and 1,920, 1,780 and 2,790). Refusals do not wait for their
@@ -277,6 +277,7 @@ mod kept;
 mod listener;
 mod operations;
 mod refused;
+mod rows;
 mod session;
 mod statements;
 
@@ -294,7 +295,7 @@ use refused::RecentlyRefused;
 use session::{Session, boxed};
 use statements::Inner;
 
-use crate::LockError;
+use crate::error::LockError;
 
 /// The schema for the default table names, as a migration file (`schema.sql`). For custom
 /// names, [`PostgresConfig::schema_sql`] renders the same DDL.

@@ -3,18 +3,19 @@
 
 use std::time::Duration;
 
-use sqlx::postgres::PgRow;
-use sqlx::{Row, SqlStr};
+use sqlx::SqlStr;
 
+use super::rows::{self, read, to_millis};
 use super::session::boxed;
 use super::{CLEANUP_GUARD_MS, PostgresBackend, STORAGE_KEY_LIMIT_BYTES};
 use crate::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockInfo, Lookup,
     NotHeldReason, ReleaseNotifier, ReleaseOutcome, TimeAuthority,
 };
+use crate::error::LockError;
 use crate::key::{make_storage_key, normalize_key};
+use crate::lock_id::LockId;
 use crate::time::{TIME_TOLERANCE_MS, check_expiry, ttl_millis};
-use crate::{LockError, LockId};
 
 impl PostgresBackend {
     pub(super) async fn release_impl(&self, lock_id: &LockId) -> Result<ReleaseOutcome, LockError> {
@@ -61,9 +62,9 @@ impl PostgresBackend {
         // lock wait for their turn without trying it, so were never refused. They are woken
         // here.
         if let Some(listener) = &self.listener {
-            let announced: bool = row.try_get(1).map_err(decode_error)?;
+            let announced: bool = read(&row, rows::ANNOUNCED)?;
             if !announced {
-                let key: String = row.try_get(0).map_err(decode_error)?;
+                let key: String = read(&row, rows::USER_KEY)?;
                 listener.released_here(&key);
             }
         }
@@ -98,9 +99,8 @@ impl PostgresBackend {
                 )
             })
             .await?;
-        let expires_at_ms: Option<i64> = row.try_get(0).map_err(decode_error)?;
-        let found: bool = row.try_get(1).map_err(decode_error)?;
-        Ok(match expires_at_ms {
+        let found: bool = read(&row, rows::FOUND)?;
+        Ok(match read::<Option<i64>>(&row, rows::EXPIRES_AT_MS)? {
             Some(ms) => ExtendOutcome::Extended {
                 expires_at_ms: to_millis(ms)?,
             },
@@ -125,8 +125,8 @@ impl PostgresBackend {
             })
             .await?;
         let Some(row) = row else { return Ok(false) };
-        let live: bool = row.try_get(0).map_err(decode_error)?;
-        let sweepable: bool = row.try_get(1).map_err(decode_error)?;
+        let live: bool = read(&row, rows::LIVE)?;
+        let sweepable: bool = read(&row, rows::SWEEPABLE)?;
         if sweepable && self.inner.config.cleanup_in_is_locked() {
             self.spawn_cleanup(storage_key);
         }
@@ -178,25 +178,14 @@ impl PostgresBackend {
             })
             .await?;
         let Some(row) = row else { return Ok(None) };
-        let stored_id: String = row.try_get(1).map_err(decode_error)?;
-        let stored_id = parse_lock_id(&stored_id)?;
+        let info = rows::lock_info(&row)?;
         // Explicit ownership check (ADR-003), even though the query filtered on it.
         if let Lookup::LockId(lock_id) = query
-            && stored_id != *lock_id
+            && info.lock_id() != lock_id
         {
             return Ok(None);
         }
-        let fence: String = row.try_get(4).map_err(decode_error)?;
-        Ok(Some(
-            LockInfo::new(
-                row.try_get(0).map_err(decode_error)?,
-                stored_id,
-                millis(&row, 2)?,
-                millis(&row, 3)?,
-                fence.parse()?,
-            )
-            .with_holder(row.try_get(5).map_err(decode_error)?),
-        ))
+        Ok(Some(info))
     }
 }
 
@@ -289,22 +278,4 @@ pub(super) fn guarded_tolerance_ms() -> i64 {
 /// Our millisecond values (validated ttls, constants) always fit a BIGINT.
 pub(super) fn as_bigint(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
-}
-
-pub(super) fn millis(row: &PgRow, index: usize) -> Result<u64, LockError> {
-    to_millis(row.try_get::<i64, _>(index).map_err(decode_error)?)
-}
-
-fn to_millis(value: i64) -> Result<u64, LockError> {
-    u64::try_from(value)
-        .map_err(|_| LockError::internal(format!("stored timestamp {value} is negative")))
-}
-
-pub(super) fn decode_error(error: sqlx::Error) -> LockError {
-    LockError::internal("unexpected column in a syncguard PostgreSQL result").with_source(error)
-}
-
-/// A lock id read from the table.
-pub(super) fn parse_lock_id(stored: &str) -> Result<LockId, LockError> {
-    LockId::parse(stored).map_err(|_| LockError::internal("stored lock_id is malformed"))
 }

@@ -30,8 +30,8 @@ use tokio::time::{sleep, timeout};
 
 use super::error::map_error;
 use super::kept::{Kept, Taken};
-use crate::LockError;
 use crate::backend::BoxFuture;
+use crate::error::LockError;
 
 /// How long a wait for a pooled connection lasts before the server's port is probed.
 const PROBE_AFTER: Duration = Duration::from_millis(100);

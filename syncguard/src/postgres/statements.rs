@@ -6,7 +6,7 @@ use std::sync::Arc;
 use sqlx::{AssertSqlSafe, SqlStr};
 
 use super::config::{Names, PostgresConfig};
-use crate::LockError;
+use crate::error::LockError;
 
 /// The server's clock in Unix milliseconds, in every statement.
 macro_rules! now_ms {
@@ -68,7 +68,7 @@ impl Inner {
             format!(
                 ", (CASE WHEN l.contended IS DISTINCT FROM FALSE \
                  AND octet_length(l.user_key) < 8000 \
-                 THEN pg_notify('{channel}', l.user_key) END) IS NOT NULL",
+                 THEN pg_notify('{channel}', l.user_key) END) IS NOT NULL AS announced",
                 channel = config.release_channel()
             )
         } else {
@@ -82,7 +82,8 @@ impl Inner {
                  WHERE {column} = $1 AND expires_at_ms > {now} - $2"
             ))
         };
-        // Every column a statement answers with is cast to the type this backend reads: a
+        // Every column a statement answers with is named with `AS`, as `columns.rs` reads it,
+        // and cast to the type this backend reads: a
         // column a DBA altered (to NUMERIC, say) is converted inside the statement, or fails it
         // (rolled back, nothing stored), and never fails the decoding of a row whose write has
         // committed.
@@ -116,7 +117,8 @@ impl Inner {
             // With a holder ($8, NULL for none) it also re-enters that holder's live lock, and
             // answers with the lock id held (the re-entered one).
             acquire: statement(format!(
-                "SELECT acquired, expires_at_ms, fence, lock_id \
+                "SELECT acquired AS acquired, expires_at_ms AS expires_at_ms, fence AS fence, \
+                 lock_id AS lock_id \
                  FROM {acquire_fn}($1, $2, $3, $4, $5, $6, $7, $8)"
             )),
             // Verify ownership and liveness, and delete, in one atomic statement: a row when
@@ -138,7 +140,7 @@ impl Inner {
                  AND l.unclaimed RETURNING l.user_key::TEXT AS user_key{announced}"
             )),
             lock_id_stored: statement(format!(
-                "SELECT EXISTS (SELECT 1 FROM {locks} WHERE lock_id = $1)"
+                "SELECT EXISTS (SELECT 1 FROM {locks} WHERE lock_id = $1) AS found"
             )),
             // Every extend claims the lock: its lock id is in use (see `release_orphan`).
             extend: statement(format!(

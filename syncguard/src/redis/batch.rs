@@ -24,7 +24,7 @@ use super::batch_call::send;
 pub(crate) use super::batch_call::{Header, NewExpiry, Op, Reply};
 use super::connection::Conn;
 use super::orphans::{Orphan, Orphans};
-use crate::LockError;
+use crate::error::LockError;
 
 /// The most calls in one script call: bounds how long one batch holds the server (well under a
 /// millisecond) while amortizing the call itself over many operations.

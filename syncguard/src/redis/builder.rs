@@ -10,7 +10,7 @@ use super::connection::Conn;
 use super::connection::install_crypto_provider;
 use super::error::map_redis_error;
 use super::{ConnectionMode, RedisBackend, RedisConfig, validate_prefix};
-use crate::LockError;
+use crate::error::LockError;
 
 /// Builds a [`RedisBackend`] that opens its own connections; from [`RedisBackend::builder`].
 ///

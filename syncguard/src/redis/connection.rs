@@ -8,7 +8,7 @@ use ::redis::{Cmd, Value};
 use super::batch_function::BatchFunction;
 use super::error::{self, map_pool_error, map_redis_error};
 use super::scripts::{self, LuaScript};
-use crate::LockError;
+use crate::error::LockError;
 
 /// How a backend reaches Redis: the connection it was built with.
 #[derive(Clone)]

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use deadpool_redis::{HookError, PoolError, TimeoutType};
 use redis::{ErrorKind, ParsingError, RedisError, ServerError, ServerErrorKind, Value};
 
-use crate::{BoxError, LockError};
+use crate::error::{BoxError, LockError};
 
 /// Maps a redis-rs error (seed 004): connection errors → `ServiceUnavailable`, NOAUTH /
 /// WRONGPASS / NOPERM → `AuthFailed`, WRONGTYPE, our scripts' BADDATA and script errors on bad data →
@@ -204,7 +204,7 @@ pub(crate) fn unexpected_reply(script: &str, reply: &Value) -> LockError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ErrorCode;
+    use crate::error::ErrorCode;
 
     fn server(code: &str, detail: &str) -> RedisError {
         redis::make_extension_error(code.to_owned(), Some(detail.to_owned()))

@@ -19,8 +19,9 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use sha2::{Digest as _, Sha256};
 
+use crate::error::LockError;
 use crate::key::{make_fence_key, make_storage_key};
-use crate::{LockError, LockId};
+use crate::lock_id::LockId;
 
 /// The reference's Redis key budget, in bytes.
 pub(crate) const LIMIT_BYTES: usize = 1000;

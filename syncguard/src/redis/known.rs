@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::LockId;
+use crate::lock_id::LockId;
 use crate::time::TIME_TOLERANCE_MS;
 
 /// A sweep of dead entries runs when the map has doubled since the last one, from this size.

@@ -215,8 +215,9 @@ use std::sync::Arc;
 
 use ::redis::aio::ConnectionManager;
 
+use crate::error::LockError;
 use crate::key::normalize_key;
-use crate::{LockError, LockId};
+use crate::lock_id::LockId;
 
 pub use builder::RedisBackendBuilder;
 use config::NetConfig;

@@ -16,9 +16,11 @@ use crate::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, Lease, LockBackend, LockInfo, Lookup,
     NotHeldReason, ReleaseNotifier, ReleaseOutcome, TimeAuthority, check_holder,
 };
+use crate::error::LockError;
+use crate::fence::Fence;
 use crate::key::normalize_key;
+use crate::lock_id::LockId;
 use crate::time::{TIME_TOLERANCE_MS, check_expiry, is_live, ttl_millis};
-use crate::{Fence, LockError, LockId};
 
 impl RedisBackend {
     /// Runs one script command, reloading the script once on NOSCRIPT.

@@ -25,8 +25,8 @@ use tokio::time::{Instant, sleep, timeout};
 
 use super::config::NetConfig;
 use super::error::map_redis_error;
-use crate::LockError;
 use crate::backend::ReleaseNotifier;
+use crate::error::LockError;
 
 /// How long the subscriber connection may stay silent before a `PING` checks that it is alive.
 const CHECK_AFTER_SILENCE: Duration = Duration::from_secs(10);

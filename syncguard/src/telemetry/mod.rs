@@ -45,8 +45,10 @@ use crate::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockInfo, Lookup,
     NotHeldReason, ReleaseNotifier, ReleaseOutcome,
 };
+use crate::error::{ErrorCode, LockError};
+use crate::fence::Fence;
 use crate::key::hash_key;
-use crate::{ErrorCode, Fence, LockError, LockId};
+use crate::lock_id::LockId;
 
 /// The five backend operations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

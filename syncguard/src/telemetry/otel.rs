@@ -13,8 +13,9 @@ use opentelemetry::{Context, KeyValue};
 
 use super::{Call, Instrument, Instrumented, Operation, sealed};
 use crate::backend::{Lease, LockBackend, LockObserver};
+use crate::error::{LockError, LostReason};
 use crate::key::hash_key;
-use crate::{LockError, LockId, LostReason};
+use crate::lock_id::LockId;
 
 /// The instrumentation scope name of every span and instrument.
 const SCOPE: &str = "syncguard";

@@ -17,16 +17,11 @@ use syncguard::postgres::{PostgresBackend, PostgresConfig, STORAGE_KEY_LIMIT_BYT
 use syncguard::{ErrorCode, FENCE_MAX, LockOptions};
 use tokio::time::Instant;
 
-#[path = "support/proxy.rs"]
-mod proxy;
-use proxy::Proxy;
+use crate::proxy::Proxy;
 
-#[path = "support/min_hold_partition.rs"]
-mod min_hold_partition;
+use crate::min_hold_partition;
 
-#[path = "support/urls.rs"]
-mod urls;
-use urls::postgres_url;
+use crate::urls::postgres_url;
 
 /// The test server's `host:port`.
 fn server_addr() -> String {

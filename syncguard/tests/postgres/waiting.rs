@@ -15,12 +15,9 @@ use syncguard::{Backoff, Jitter, LockError, LockGuard, LockId, LockOptions, Retr
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout};
 
-#[path = "support/pg_reference.rs"]
-mod pg_reference;
+use crate::pg_reference;
 
-#[path = "support/urls.rs"]
-mod urls;
-use urls::postgres_url;
+use crate::urls::postgres_url;
 
 /// A poll interval so long that only an announcement explains a waiter that gets the lock
 /// well before it.
