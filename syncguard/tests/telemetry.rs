@@ -363,7 +363,19 @@ async fn spans_and_metrics_for_success_contention_expiry_and_loss() {
     assert!(spans.iter().any(|s| s.name == "syncguard.release"));
 
     // Metrics.
-    let metrics = otel.metrics();
+    // The keeper counts its failed extend right after it records the loss, which `lost()`
+    // may report first: the count is waited for (briefly), not assumed.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let metrics = loop {
+        let metrics = otel.metrics();
+        let heartbeats = points(&metrics, "syncguard.heartbeats");
+        if total(&heartbeats, &[("syncguard.result", "fail")]) >= 1.0
+            || tokio::time::Instant::now() >= deadline
+        {
+            break metrics;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     let operations = points(&metrics, "syncguard.operations");
     assert!(
         total(
