@@ -439,7 +439,12 @@ async fn a_min_hold_release_landing_late_keeps_nothing_past_min_hold() {
     // bound, not the landing.
     assert!(!cut_off.is_locked(&key).await.unwrap());
     min_hold_partition::a_min_hold_release_landing_late_keeps_nothing_past_min_hold(
-        cut_off, direct, &proxy, &key, false,
+        cut_off,
+        direct,
+        &proxy,
+        &key,
+        Duration::from_secs(5),
+        false,
     )
     .await;
 }
