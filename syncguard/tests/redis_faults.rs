@@ -34,8 +34,8 @@ async fn an_acquire_that_timed_out_and_was_applied_later_is_released() {
     a_lost_acquire_is_released(None).await;
 }
 
-/// The same for an acquire as a holder that nobody re-entered (its release would leave the
-/// lock to a re-entry of its holder, see `holders::an_orphan_release_leaves_a_reentered_lock`).
+/// The same for an acquire as a holder that nobody claimed (its release would leave the lock
+/// to a re-entry or an extend of its lock id, see `holders::an_orphan_release_leaves_a_claimed_lock`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_as_that_timed_out_and_was_applied_later_is_released() {
     a_lost_acquire_is_released(Some("client-a")).await;
