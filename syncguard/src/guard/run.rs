@@ -23,8 +23,8 @@ impl LockGuard {
     /// With [`OnLost::Cancel`] (the options' default) a loss drops `work` at once and returns
     /// [`LockError::LockLost`], and the lease is checked against the clock before every poll
     /// of `work`: after a stall (a frozen runtime, a blocked thread) the work takes no further
-    /// step once its lease has run out, whatever the runtime wakes first. With [`OnLost::Notify`] the work runs on (it can watch
-    /// [`lost`](Self::lost)). Either way, work that finishes when the lock is lost (its lease
+    /// step once its lease has run out, whatever the runtime wakes first. With
+    /// [`OnLost::Notify`] the work runs on (it can watch [`lost`](Self::lost)). Either way, work that finishes when the lock is lost (its lease
     /// ran out while it ran, even unnoticed because its thread was blocked) gets
     /// `LockLost`, not its output: its side effects were not exclusive throughout, and the
     /// [fence](Self::fence) is what lets a resource refuse them.
