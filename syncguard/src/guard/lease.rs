@@ -125,7 +125,12 @@ fn lease_end(sent_at: Instant, ttl: Duration) -> Instant {
 
 /// `duration` in the whole milliseconds a backend counts (it drops the rest).
 pub(super) fn whole_millis(duration: Duration) -> Duration {
-    Duration::from_millis(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
+    Duration::from_millis(millis(duration))
+}
+
+/// `duration` as a count of whole milliseconds, saturating.
+pub(super) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// `at + by`, saturating about a century ahead instead of overflowing.

@@ -9,7 +9,7 @@ use tokio::sync::Notify;
 use tokio::time::{Instant, timeout_at};
 use tokio_util::sync::CancellationToken;
 
-use super::lease::{Belief, LeaseClock, later, whole_millis};
+use super::lease::{Belief, LeaseClock, later, millis, whole_millis};
 use crate::backend::LockObserver;
 use crate::backend::{ExtendOutcome, LockBackend, ReleaseOutcome};
 use crate::error::{LockError, LostReason};
@@ -379,11 +379,6 @@ impl Shared {
         }
         Ok(released)
     }
-}
-
-/// A duration in whole milliseconds, saturating.
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]
