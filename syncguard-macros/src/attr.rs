@@ -68,10 +68,35 @@ impl Args {
 impl Parse for Args {
     fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
         let mut args = Self::default();
+        // `#[locked("job:{id}")]`, as `#[instrument]` users write: the key may come first,
+        // unnamed.
+        if input.peek(LitStr) {
+            args.key = Some(input.parse()?);
+            if !input.is_empty() {
+                input.parse::<Token![,]>()?;
+            }
+        }
         while !input.is_empty() {
-            let name = Ident::parse_any(input)?;
-            input.parse::<Token![=]>()?;
+            if input.peek(LitStr) {
+                let text: LitStr = input.parse()?;
+                return Err(syn::Error::new(
+                    text.span(),
+                    "only the key may be given without a name, and only first: write `key = \"...\"`, or move it to the front",
+                ));
+            }
+            let name = Ident::parse_any(input).map_err(|error| {
+                syn::Error::new(
+                    error.span(),
+                    "expected an argument `name = value` (or the key first, as text); see `#[locked]`'s documentation for the arguments",
+                )
+            })?;
             let label = name.to_string();
+            input.parse::<Token![=]>().map_err(|_| {
+                syn::Error::new(
+                    name.span(),
+                    format!("write `{label} = ...`: `#[locked]` takes `name = value` arguments"),
+                )
+            })?;
             match label.as_str() {
                 "key" => set(&mut args.key, &name, input.parse()?)?,
                 "ttl" => set(&mut args.ttl, &name, duration(input, "ttl")?)?,

@@ -233,11 +233,19 @@ fn check_guard_name(args: &Args, item: &ItemFn) -> syn::Result<()> {
         return Ok(());
     };
     let name = guard.to_string();
-    if name == "self" || parameter_names(item).contains(&name) {
+    let parameters = parameter_names(item);
+    if name == "self" || parameters.contains(&name) {
+        // Suggest a name that is free, not one the function already uses.
+        let free = ["lock", "guard", "held"]
+            .into_iter()
+            .map(String::from)
+            .chain((2..).map(|n| format!("lock{n}")))
+            .find(|candidate| !parameters.contains(candidate))
+            .expect("a function has finitely many parameters");
         return Err(syn::Error::new(
             guard.span(),
             format!(
-                "`guard = {name}` would hide the parameter `{name}` of `{}` from the body; choose another name, e.g. `guard = lock`",
+                "`guard = {name}` would hide the parameter `{name}` of `{}` from the body; choose another name, e.g. `guard = {free}`",
                 item.sig.ident
             ),
         ));

@@ -42,7 +42,7 @@ use proc_macro::TokenStream;
 ///
 /// | argument | meaning | default |
 /// |---|---|---|
-/// | `key = "..."` | the lock's key, a template (below) | required |
+/// | `key = "..."` | the lock's key, a template (below); it may also come first without a name: `#[locked("job:{id}")]` | required |
 /// | `ttl = "30s"` | the lease: how quickly a crashed holder's lock frees up | `"30s"` |
 /// | `backend = expr` | the backend: an expression whose type is, or derefs to, a `LockBackend + Clone + 'static` (a backend, a reference to one, an `Arc<dyn LockBackend>`, a `LazyLock` static) | the process-wide default (`syncguard::set_default_backend`) |
 /// | `wait = "5s"` | keep retrying for this long while the lock is held elsewhere (`RetryPolicy::wait_for`) | the default `RetryPolicy`: up to 10 retries within 5 s |

@@ -71,6 +71,16 @@ impl Job for Tenant {
     }
 }
 
+// The key first and unnamed, as `#[instrument]` users write their span's name.
+#[locked("invoice:{id}", backend = backend, guard = g)]
+async fn positional(backend: &MemoryBackend, id: u32) -> Result<String, LockError> {
+    assert!(
+        backend.is_locked(g.key()).await?,
+        "held while the body runs"
+    );
+    Ok(g.key().to_owned())
+}
+
 async fn check_released(backend: &MemoryBackend, key: &str) {
     assert!(!backend.is_locked(key).await.unwrap(), "{key} still held");
 }
@@ -89,6 +99,9 @@ async fn templates_interpolate_parameters_and_fields() {
     assert_eq!(generic(&backend, "s").await.unwrap(), "generic:s");
     let key = destructured(&backend, (1, "x"), &order).await.unwrap();
     assert_eq!(key, "pair:1:x:42");
+    let key = positional(&backend, 9).await.unwrap();
+    assert_eq!(key, "invoice:9");
+    check_released(&backend, &key).await;
 }
 
 #[tokio::test]

@@ -11,4 +11,10 @@ async fn named((id, name): (u64, String)) -> Result<String, LockError> {
     Ok(format!("{id} {name}"))
 }
 
+// The suggestion is a name the function does not use already.
+#[locked(key = "job:{id}", guard = lock)]
+async fn lock(id: u64, lock: bool) -> Result<bool, LockError> {
+    Ok(id > 0 && lock)
+}
+
 fn main() {}
