@@ -123,7 +123,7 @@ async fn callback_events_follow_the_reference() {
 #[tokio::test]
 async fn raw_identifiers_only_when_asked() {
     let (events, on_event) = recorder();
-    let backend = with_telemetry(MemoryBackend::new(), on_event).include_raw(true);
+    let backend = with_telemetry(MemoryBackend::new(), on_event).with_raw_values(true);
     let lease = backend
         .acquire("raw:1", Duration::from_secs(5))
         .await
@@ -437,7 +437,7 @@ async fn spans_and_metrics_for_success_contention_expiry_and_loss() {
 #[tokio::test]
 async fn raw_keys_are_exported_only_when_asked() {
     let otel = Otel::new();
-    let backend = otel.backend.clone().include_raw(true);
+    let backend = otel.backend.clone().with_raw_values(true);
     let lease = backend
         .acquire("otel:raw", Duration::from_secs(5))
         .await

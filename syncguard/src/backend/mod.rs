@@ -209,51 +209,68 @@ pub trait LockBackend: Send + Sync {
     }
 }
 
+/// Implements `LockBackend` for `$ty` by calling the backend that `$inner` reaches from
+/// `$this` (`&self`): for smart pointers, and for the telemetry decorators' newtypes.
 macro_rules! forward_backend {
-    ($($ty:ty),*) => {$(
-        impl<B: LockBackend + ?Sized> LockBackend for $ty {
-            fn acquire<'a>(&'a self, key: &'a str, ttl: Duration)
-                -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
-                (**self).acquire(key, ttl)
+    (impl[$($generics:tt)*] $ty:ty => |$this:ident| $inner:expr) => {
+        impl<$($generics)*> $crate::backend::LockBackend for $ty {
+            fn acquire<'a>(&'a self, key: &'a str, ttl: std::time::Duration)
+                -> $crate::backend::BoxFuture<'a, Result<$crate::backend::AcquireOutcome, $crate::LockError>> {
+                let $this = self;
+                ($inner).acquire(key, ttl)
             }
-            fn release<'a>(&'a self, lock_id: &'a LockId)
-                -> BoxFuture<'a, Result<ReleaseOutcome, LockError>> {
-                (**self).release(lock_id)
+            fn release<'a>(&'a self, lock_id: &'a $crate::LockId)
+                -> $crate::backend::BoxFuture<'a, Result<$crate::backend::ReleaseOutcome, $crate::LockError>> {
+                let $this = self;
+                ($inner).release(lock_id)
             }
-            fn extend<'a>(&'a self, lock_id: &'a LockId, ttl: Duration)
-                -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
-                (**self).extend(lock_id, ttl)
+            fn extend<'a>(&'a self, lock_id: &'a $crate::LockId, ttl: std::time::Duration)
+                -> $crate::backend::BoxFuture<'a, Result<$crate::backend::ExtendOutcome, $crate::LockError>> {
+                let $this = self;
+                ($inner).extend(lock_id, ttl)
             }
-            fn is_locked<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
-                (**self).is_locked(key)
+            fn is_locked<'a>(&'a self, key: &'a str)
+                -> $crate::backend::BoxFuture<'a, Result<bool, $crate::LockError>> {
+                let $this = self;
+                ($inner).is_locked(key)
             }
-            fn lookup<'a>(&'a self, query: Lookup<'a>)
-                -> BoxFuture<'a, Result<Option<LockInfo>, LockError>> {
-                (**self).lookup(query)
+            fn lookup<'a>(&'a self, query: $crate::backend::Lookup<'a>)
+                -> $crate::backend::BoxFuture<'a, Result<Option<$crate::backend::LockInfo>, $crate::LockError>> {
+                let $this = self;
+                ($inner).lookup(query)
             }
-            fn capabilities(&self) -> Capabilities {
-                (**self).capabilities()
+            fn acquire_as<'a>(&'a self, key: &'a str, ttl: std::time::Duration, holder: &'a str)
+                -> $crate::backend::BoxFuture<'a, Result<$crate::backend::AcquireOutcome, $crate::LockError>> {
+                let $this = self;
+                ($inner).acquire_as(key, ttl, holder)
             }
-            fn observer(&self) -> Option<Arc<dyn LockObserver>> {
-                (**self).observer()
+            fn extend_by<'a>(&'a self, lock_id: &'a $crate::LockId, by: std::time::Duration)
+                -> $crate::backend::BoxFuture<'a, Result<$crate::backend::ExtendOutcome, $crate::LockError>> {
+                let $this = self;
+                ($inner).extend_by(lock_id, by)
             }
-            fn release_notifier(&self) -> Option<ReleaseNotifier> {
-                (**self).release_notifier()
+            fn expire_at<'a>(&'a self, lock_id: &'a $crate::LockId, expires_at_ms: u64)
+                -> $crate::backend::BoxFuture<'a, Result<$crate::backend::ExtendOutcome, $crate::LockError>> {
+                let $this = self;
+                ($inner).expire_at(lock_id, expires_at_ms)
             }
-            fn acquire_as<'a>(&'a self, key: &'a str, ttl: Duration, holder: &'a str)
-                -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
-                (**self).acquire_as(key, ttl, holder)
+            fn capabilities(&self) -> $crate::backend::Capabilities {
+                let $this = self;
+                ($inner).capabilities()
             }
-            fn extend_by<'a>(&'a self, lock_id: &'a LockId, by: Duration)
-                -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
-                (**self).extend_by(lock_id, by)
+            fn observer(&self) -> Option<std::sync::Arc<dyn $crate::backend::LockObserver>> {
+                let $this = self;
+                ($inner).observer()
             }
-            fn expire_at<'a>(&'a self, lock_id: &'a LockId, expires_at_ms: u64)
-                -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
-                (**self).expire_at(lock_id, expires_at_ms)
+            fn release_notifier(&self) -> Option<$crate::backend::ReleaseNotifier> {
+                let $this = self;
+                ($inner).release_notifier()
             }
         }
-    )*};
+    };
 }
+pub(crate) use forward_backend;
 
-forward_backend!(Arc<B>, Box<B>, &B);
+forward_backend!(impl[B: LockBackend + ?Sized] Arc<B> => |this| **this);
+forward_backend!(impl[B: LockBackend + ?Sized] Box<B> => |this| **this);
+forward_backend!(impl[B: LockBackend + ?Sized] &B => |this| **this);

@@ -11,7 +11,8 @@ use opentelemetry::trace::{
 };
 use opentelemetry::{Context, KeyValue};
 
-use super::{Call, Instrument, Instrumented, Operation, sealed};
+use super::events::Operation;
+use super::instrumented::{Call, Instrument, Instrumented, decorator};
 use crate::backend::{Lease, LockBackend, LockObserver};
 use crate::error::{LockError, LostReason};
 use crate::key::hash_key;
@@ -20,8 +21,11 @@ use crate::lock_id::LockId;
 /// The instrumentation scope name of every span and instrument.
 const SCOPE: &str = "syncguard";
 
-/// A backend that records OpenTelemetry spans and metrics; see [`with_opentelemetry`].
-pub type OpenTelemetryBackend<B> = Instrumented<B, OpenTelemetry>;
+decorator! {
+    /// A backend that records OpenTelemetry spans and metrics; see [`with_opentelemetry`].
+    /// The same backend otherwise; cheap to clone when the wrapped one is.
+    OpenTelemetryBackend(OpenTelemetry)
+}
 
 /// Wraps `backend` so that every operation records a span (`syncguard.acquire`,
 /// `syncguard.release`, `syncguard.extend`, `syncguard.is_locked`, `syncguard.lookup`) and
@@ -50,7 +54,7 @@ pub type OpenTelemetryBackend<B> = Instrumented<B, OpenTelemetry>;
 /// Span attributes: `syncguard.backend`, `syncguard.operation`, `syncguard.result`,
 /// `syncguard.reason`, `syncguard.key_hash`, `syncguard.lock_id_hash`, `syncguard.fence`, and
 /// `error.type` with an error status on failure. Raw keys and lock ids are never exported
-/// unless [`OpenTelemetryBackend::include_raw`] turns them on.
+/// unless [`OpenTelemetryBackend::with_raw_values`] turns them on.
 ///
 /// ```
 /// use syncguard::MemoryBackend;
@@ -63,10 +67,10 @@ pub type OpenTelemetryBackend<B> = Instrumented<B, OpenTelemetry>;
 pub fn with_opentelemetry<B: LockBackend>(backend: B) -> OpenTelemetryBackend<B> {
     let tracer = global::tracer(SCOPE);
     let meter = global::meter(SCOPE);
-    Instrumented {
-        inner: backend,
-        instrument: Arc::new(OpenTelemetry::new(tracer, &meter, false)),
-    }
+    OpenTelemetryBackend(Instrumented::new(
+        backend,
+        OpenTelemetry::new(tracer, &meter, false),
+    ))
 }
 
 impl<B> OpenTelemetryBackend<B> {
@@ -81,34 +85,26 @@ impl<B> OpenTelemetryBackend<B> {
     {
         let tracer = BoxedTracer::new(Box::new(tracer_provider.tracer(SCOPE)));
         let meter = meter_provider.meter(SCOPE);
-        Self {
-            inner: self.inner,
-            instrument: Arc::new(OpenTelemetry::new(
-                tracer,
-                &meter,
-                self.instrument.include_raw,
-            )),
-        }
+        Self(
+            self.0
+                .map_instrument(|old| OpenTelemetry::new(tracer, &meter, old.include_raw)),
+        )
     }
 
     /// Also export the raw key and lock id as `syncguard.key` and `syncguard.lock_id`.
     /// **Sensitive**: for debugging only.
     #[must_use]
-    pub fn include_raw(self, include_raw: bool) -> Self {
-        let instrument = OpenTelemetry {
+    pub fn with_raw_values(self, include_raw: bool) -> Self {
+        Self(self.0.map_instrument(|old| OpenTelemetry {
             include_raw,
-            ..(*self.instrument).clone()
-        };
-        Self {
-            inner: self.inner,
-            instrument: Arc::new(instrument),
-        }
+            ..old.clone()
+        }))
     }
 }
 
 /// The spans and instruments behind [`with_opentelemetry`].
 #[derive(Clone)]
-pub struct OpenTelemetry {
+pub(super) struct OpenTelemetry {
     tracer: Arc<BoxedTracer>,
     operations: Counter<u64>,
     duration: Histogram<f64>,
@@ -210,8 +206,6 @@ fn span_name(operation: Operation) -> &'static str {
         Operation::Lookup => "syncguard.lookup",
     }
 }
-
-impl sealed::Sealed for OpenTelemetry {}
 
 impl Instrument for OpenTelemetry {
     type Span = BoxedSpan;
