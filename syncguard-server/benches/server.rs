@@ -12,7 +12,7 @@
 //!
 //! - `acquire_as + release`: `backend.acquire_as(key, 60 s, holder)` then
 //!   `backend.release(lock_id)`, the backend calls of the server's acquire and release;
-//! - `+ lookup`: the same with the server's lookup before its release (`get_by_key_raw`: the
+//! - `+ lookup`: the same with the server's lookup before its release (`get_by_key`: the
 //!   release route looks the lock up to check the holder and find its lock id), i.e. exactly
 //!   the backend calls the server makes per cycle;
 //! - `syncguard::acquire`: `syncguard::acquire` (a guard, with its heartbeat task) then
@@ -166,7 +166,7 @@ enum Mode {
     Server,
     /// `acquire_as` + `release` on the backend.
     AcquireAs,
-    /// `acquire_as` + `get_by_key_raw` + `release`: the server's backend calls.
+    /// `acquire_as` + `get_by_key` + `release`: the server's backend calls.
     ServerCalls,
     /// `syncguard::acquire` + `LockGuard::release`.
     Guard,
@@ -323,8 +323,9 @@ impl Client {
                     .lease()
                     .expect("the client's own lock is free");
                 let lock_id = if self.mode == Mode::ServerCalls {
-                    let raw = syncguard::get_by_key_raw(&*self.backend, &self.key)
+                    let raw = syncguard::get_by_key(&*self.backend, &self.key)
                         .await
+                        .map(|found| found.map(syncguard::LockInfo::reveal))
                         .expect("lookup")
                         .expect("the lock is held");
                     assert_eq!(raw.holder.as_deref(), Some(self.holder.as_str()));

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use syncguard::backend::LockBackend;
-use syncguard::{Fence, LockError, LockInfoRaw, get_by_key_raw};
+use syncguard::{Fence, LockError, LockInfo, RevealedLockInfo, get_by_key};
 
 use crate::holder;
 
@@ -122,8 +122,10 @@ impl Locks {
     }
 
     /// The live lock on `key`, with its raw holder and lock id.
-    async fn lookup(&self, key: &str) -> Result<Option<LockInfoRaw>, LockError> {
-        get_by_key_raw(&*self.backend, key).await
+    async fn lookup(&self, key: &str) -> Result<Option<RevealedLockInfo>, LockError> {
+        get_by_key(&*self.backend, key)
+            .await
+            .map(|found| found.map(LockInfo::reveal))
     }
 
     /// GET: the live lock on `key`, if any.

@@ -483,9 +483,10 @@ async fn the_backend_contract() {
     else {
         panic!("free");
     };
-    let info = syncguard::get_by_id_raw(&backend, &lease.lock_id)
+    let info = syncguard::get_by_id(&backend, &lease.lock_id)
         .await
         .unwrap()
+        .map(syncguard::LockInfo::reveal)
         .expect("live");
     assert_eq!(info.key, "ns:x");
     assert_eq!(info.holder.as_deref(), Some(holder));

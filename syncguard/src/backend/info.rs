@@ -7,9 +7,8 @@ use crate::key::hash_key;
 use crate::lock_id::LockId;
 
 /// A live lock as diagnostics see it: sanitized, with hashes in place of the raw key and lock
-/// id (see [`hash_key`]). [`get_by_key_raw`](crate::get_by_key_raw) and
-/// [`get_by_id_raw`](crate::get_by_id_raw) give the raw values when
-/// debugging calls for them.
+/// id (see [`hash_key`]). [`reveal`](Self::reveal) gives the raw values when debugging calls
+/// for them: the one way to them, so that a sensitive value is never printed by accident.
 #[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockInfo {
@@ -23,27 +22,44 @@ pub struct LockInfo {
     pub acquired_at_ms: u64,
     /// The fencing token of the acquisition.
     pub fence: Fence,
-    // Kept for the explicit raw helpers only; never printed (a holder may carry a client's
-    // secret).
+    // Only through `reveal`; never printed (a holder may carry a client's secret).
     key: String,
     lock_id: LockId,
     holder: Option<String>,
 }
 
 impl LockInfo {
-    /// The raw key, for [`LockInfoRaw`](crate::LockInfoRaw) only.
-    pub(crate) fn key(&self) -> &str {
-        &self.key
-    }
-
-    /// The raw lock id, for [`LockInfoRaw`](crate::LockInfoRaw) only.
+    /// The raw lock id, for a backend's own ownership checks.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn lock_id(&self) -> &LockId {
         &self.lock_id
     }
 
-    /// The holder, for [`LockInfoRaw`](crate::LockInfoRaw) only.
-    pub(crate) fn holder(&self) -> Option<&str> {
-        self.holder.as_deref()
+    /// The raw key, lock id and holder beside this sanitized view. **Sensitive**: a lock id
+    /// lets anyone release or extend the lock, and a key or holder may carry personal data or
+    /// a client's secret; for debugging and for services that must act on a lock by its id,
+    /// never for logs.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {
+    /// use std::time::Duration;
+    /// use syncguard::{LockBackend, LockInfo, MemoryBackend};
+    ///
+    /// let backend = MemoryBackend::new();
+    /// let lease = backend.acquire("job:1", Duration::from_secs(30)).await?.lease().unwrap();
+    /// let found = syncguard::get_by_key(&backend, "job:1").await?.map(LockInfo::reveal).unwrap();
+    /// assert_eq!(found.key, "job:1");
+    /// assert_eq!(found.lock_id, lease.lock_id);
+    /// assert_eq!(found.info.fence, lease.fence);
+    /// # Ok(()) }
+    /// ```
+    pub fn reveal(self) -> RevealedLockInfo {
+        RevealedLockInfo {
+            key: self.key.clone(),
+            lock_id: self.lock_id.clone(),
+            holder: self.holder.clone(),
+            info: self,
+        }
     }
 
     /// The same lock, taken by `holder` ([`LockBackend::acquire_as`](super::LockBackend::acquire_as));
@@ -85,4 +101,20 @@ impl fmt::Debug for LockInfo {
             .field("fence", &self.fence)
             .finish()
     }
+}
+
+/// A live lock with its raw key, lock id and holder: what [`LockInfo::reveal`] gives.
+/// **Sensitive**: for debugging, or to act on the lock by its id; never log it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RevealedLockInfo {
+    /// The sanitized view.
+    pub info: LockInfo,
+    /// The raw (NFC-normalized) key.
+    pub key: String,
+    /// The raw lock id.
+    pub lock_id: LockId,
+    /// Who took the lock, when it was taken with
+    /// [`LockBackend::acquire_as`](super::LockBackend::acquire_as).
+    pub holder: Option<String>,
 }

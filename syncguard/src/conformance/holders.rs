@@ -9,7 +9,7 @@ use tokio::time::sleep;
 use super::support::{acquired, assert_code, unique_key};
 use crate::backend::{ExtendOutcome, Lease, LockBackend, MAX_HOLDER_LEN};
 use crate::error::ErrorCode;
-use crate::inspect::{get_by_key, get_by_key_raw};
+use crate::inspect::get_by_key;
 use crate::time::TIME_TOLERANCE_MS;
 
 async fn acquired_as<B: LockBackend>(backend: &B, key: &str, ttl: Duration, holder: &str) -> Lease {
@@ -51,7 +51,11 @@ pub async fn holders_are_reentrant_and_exclusive<B: LockBackend + Clone + 'stati
     }
 
     let first = acquired_as(&backend, &key, Duration::from_secs(5), "client-a").await;
-    let raw = get_by_key_raw(&backend, &key).await.unwrap().expect("held");
+    let raw = get_by_key(&backend, &key)
+        .await
+        .unwrap()
+        .map(crate::backend::LockInfo::reveal)
+        .expect("held");
     assert_eq!(raw.holder.as_deref(), Some("client-a"));
     assert_eq!(raw.lock_id, first.lock_id);
     assert!(
@@ -92,7 +96,11 @@ pub async fn holders_are_reentrant_and_exclusive<B: LockBackend + Clone + 'stati
             .unwrap()
             .is_contended()
     );
-    let unchanged = get_by_key_raw(&backend, &key).await.unwrap().expect("held");
+    let unchanged = get_by_key(&backend, &key)
+        .await
+        .unwrap()
+        .map(crate::backend::LockInfo::reveal)
+        .expect("held");
     assert_eq!(unchanged.lock_id, first.lock_id);
     assert_eq!(unchanged.holder.as_deref(), Some("client-a"));
 
@@ -113,7 +121,11 @@ pub async fn a_lock_without_holder_is_not_reentered<B: LockBackend + Clone + 'st
     }
     let key = unique_key("holderless");
     let lease = acquired(&backend, &key, Duration::from_secs(10)).await;
-    let raw = get_by_key_raw(&backend, &key).await.unwrap().expect("held");
+    let raw = get_by_key(&backend, &key)
+        .await
+        .unwrap()
+        .map(crate::backend::LockInfo::reveal)
+        .expect("held");
     assert_eq!(raw.holder, None);
     let refused = backend
         .acquire_as(&key, Duration::from_secs(10), "anyone")
@@ -197,7 +209,11 @@ pub async fn bad_holders_change_nothing<B: LockBackend + Clone + 'static>(backen
     }
     let longest = "h".repeat(MAX_HOLDER_LEN);
     let lease = acquired_as(&backend, &key, Duration::from_secs(10), &longest).await;
-    let raw = get_by_key_raw(&backend, &key).await.unwrap().expect("held");
+    let raw = get_by_key(&backend, &key)
+        .await
+        .unwrap()
+        .map(crate::backend::LockInfo::reveal)
+        .expect("held");
     assert_eq!(raw.holder.as_deref(), Some(longest.as_str()), "kept whole");
     for by in [Duration::ZERO, Duration::MAX] {
         assert_code(

@@ -7,7 +7,7 @@ use tokio::time::{Instant, sleep_until};
 
 use super::support::{acquired, assert_contended, unique_key};
 use crate::backend::{ExtendOutcome, LockBackend, NotHeldReason, ReleaseOutcome};
-use crate::inspect::{get_by_id, get_by_id_raw, get_by_key, get_by_key_raw, owns};
+use crate::inspect::{get_by_id, get_by_key, owns};
 use crate::key::hash_key;
 use crate::lock_id::LockId;
 use crate::time::{TIME_TOLERANCE_MS, now_ms};
@@ -223,18 +223,29 @@ pub async fn lookups_are_sanitized<B: LockBackend + Clone + 'static>(backend: B)
         "Debug leaks the lock id"
     );
 
-    let raw = get_by_key_raw(&backend, &key).await.unwrap().unwrap();
+    let raw = get_by_key(&backend, &key)
+        .await
+        .unwrap()
+        .map(crate::backend::LockInfo::reveal)
+        .unwrap();
     assert_eq!(raw.key, key);
     assert_eq!(raw.lock_id, lease.lock_id);
     assert_eq!(raw.info, info);
-    let raw = get_by_id_raw(&backend, &lease.lock_id)
+    let raw = get_by_id(&backend, &lease.lock_id)
         .await
         .unwrap()
+        .map(crate::backend::LockInfo::reveal)
         .unwrap();
     assert_eq!(raw.key, key);
 
     assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
-    assert!(get_by_key_raw(&backend, &key).await.unwrap().is_none());
+    assert!(
+        get_by_key(&backend, &key)
+            .await
+            .unwrap()
+            .map(crate::backend::LockInfo::reveal)
+            .is_none()
+    );
 }
 
 /// The backend declares fencing and names itself.

@@ -66,7 +66,7 @@
 //! `{"leader":"<identity>","campaign":"<nonce>"}`: the candidate's identity, for anyone
 //! reading the store, and a random nonce per campaign, so that two candidates with the same
 //! identity never share the lock. The lock is an ordinary syncguard lock: the reference
-//! design's layout, readable by `get_by_key_raw` and by TypeScript services.
+//! design's layout, readable by `get_by_key` (and `LockInfo::reveal`) and by TypeScript services.
 //!
 //! Every campaign waits in its backend instance's queue of waiters; only the first one polls,
 //! every eighth to quarter of the ttl by default. Each leader extends its lock every

@@ -173,7 +173,9 @@ impl Election {
     /// # Errors
     /// Backend errors as they come.
     pub async fn leader(&self) -> Result<Option<Leader>, LockError> {
-        let lock = crate::get_by_key_raw(self.backend().as_ref(), self.key()).await?;
+        let lock = crate::get_by_key(self.backend().as_ref(), self.key())
+            .await?
+            .map(crate::backend::LockInfo::reveal);
         Ok(lock.map(|lock| {
             let identity = match lock.holder {
                 Some(holder) => holder::decode_identity(&holder).unwrap_or(holder),

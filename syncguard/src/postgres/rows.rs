@@ -225,12 +225,12 @@ mod tests {
         .fetch_one(&pool)
         .await
         .expect("row");
-        let info = lock_info(&found).expect("read");
-        assert_eq!(info.expires_at_ms, 1_700_000_005_000);
-        assert_eq!(info.acquired_at_ms, 1_700_000_000_000);
-        assert_eq!(info.fence.get(), 7);
-        assert_eq!(info.key(), "k");
-        assert_eq!(info.holder(), Some("h"));
+        let found = lock_info(&found).expect("read").reveal();
+        assert_eq!(found.info.expires_at_ms, 1_700_000_005_000);
+        assert_eq!(found.info.acquired_at_ms, 1_700_000_000_000);
+        assert_eq!(found.info.fence.get(), 7);
+        assert_eq!(found.key, "k");
+        assert_eq!(found.holder.as_deref(), Some("h"));
     }
 
     #[tokio::test]

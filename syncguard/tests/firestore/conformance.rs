@@ -38,9 +38,10 @@ async fn thirty_two_concurrent_acquires_give_exactly_one_holder() {
             }
         }
         assert_eq!(winners.len(), 1, "round {round}: exactly one holder");
-        let info = syncguard::get_by_key_raw(&backend, &key)
+        let info = syncguard::get_by_key(&backend, &key)
             .await
             .unwrap()
+            .map(syncguard::LockInfo::reveal)
             .unwrap();
         assert_eq!(
             info.lock_id, winners[0].lock_id,

@@ -89,9 +89,10 @@ async fn the_document_has_a_holder_only_when_one_is_given() {
         Some(again.expires_at_ms + 10_000)
     );
     assert_eq!(doc["holder"], "client-a");
-    let raw = syncguard::get_by_id_raw(&backend, &first.lock_id)
+    let raw = syncguard::get_by_id(&backend, &first.lock_id)
         .await
         .unwrap()
+        .map(syncguard::LockInfo::reveal)
         .expect("held");
     assert_eq!(raw.holder.as_deref(), Some("client-a"));
     assert!(backend.release(&first.lock_id).await.unwrap().is_released());
@@ -171,9 +172,10 @@ async fn a_reference_document_is_never_reentered() {
         Some(&before),
         "unchanged"
     );
-    let raw = syncguard::get_by_key_raw(&backend, &key)
+    let raw = syncguard::get_by_key(&backend, &key)
         .await
         .unwrap()
+        .map(syncguard::LockInfo::reveal)
         .expect("held");
     assert_eq!(raw.lock_id, lock_id);
     assert_eq!(raw.holder, None);

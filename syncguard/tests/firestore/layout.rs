@@ -204,9 +204,10 @@ async fn expiry_written_as_a_double_is_read() {
         }),
     )
     .await;
-    let info = syncguard::get_by_id_raw(&backend, &lock_id)
+    let info = syncguard::get_by_id(&backend, &lock_id)
         .await
         .unwrap()
+        .map(syncguard::LockInfo::reveal)
         .unwrap();
     assert_eq!(info.info.fence.get(), 7);
     assert_eq!(info.info.expires_at_ms, now + 30_000);

@@ -179,9 +179,10 @@ pub(crate) async fn a_leader_whose_lock_is_deleted_is_fenced_off_and_deposed(kin
         sleep(Duration::from_millis(10)).await;
     }
     let admin = kind.instance().await;
-    let lock = syncguard::get_by_key_raw(admin.as_ref(), old.key())
+    let lock = syncguard::get_by_key(admin.as_ref(), old.key())
         .await
         .unwrap()
+        .map(syncguard::LockInfo::reveal)
         .expect("the leader's lock");
     assert_eq!(lock.info.fence, leadership.term());
     let deleted = Instant::now();

@@ -84,9 +84,10 @@ pub(crate) async fn candidates_with_one_identity_never_share_leadership(kind: Ki
     let first = election(&one, &name, "twin", ttl);
     let leadership = first.campaign().await.expect("campaign");
 
-    let lock = syncguard::get_by_key_raw(one.as_ref(), &format!("leader:{name}"))
+    let lock = syncguard::get_by_key(one.as_ref(), &format!("leader:{name}"))
         .await
         .unwrap()
+        .map(syncguard::LockInfo::reveal)
         .expect("the leader's lock");
     let holder = lock.holder.expect("a holder");
     let nonce = holder

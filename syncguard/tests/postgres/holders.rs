@@ -291,7 +291,11 @@ async fn lost_acquire_as_claimed_by(backend: &PostgresBackend, claim: &str, time
     for _ in 0..5 {
         let key = conformance::unique_key("lost-acquire-as");
         lose_an_acquire_as(backend, &key, "client-a").await;
-        let Some(landed) = syncguard::get_by_key_raw(backend, &key).await.unwrap() else {
+        let Some(landed) = syncguard::get_by_key(backend, &key)
+            .await
+            .unwrap()
+            .map(syncguard::LockInfo::reveal)
+        else {
             continue; // released before the claim: nothing to hand over
         };
         let claimed = match claim {
@@ -319,9 +323,10 @@ async fn lost_acquire_as_claimed_by(backend: &PostgresBackend, claim: &str, time
         }
         // Longer than the background releases take (three, `2 × operation timeout` apart).
         tokio::time::sleep(timeout * 2 * 3 + Duration::from_millis(500)).await;
-        let raw = syncguard::get_by_key_raw(backend, &key)
+        let raw = syncguard::get_by_key(backend, &key)
             .await
             .unwrap()
+            .map(syncguard::LockInfo::reveal)
             .unwrap_or_else(|| panic!("released under its holder after a {claim}"));
         assert_eq!(raw.lock_id, landed.lock_id);
         assert!(backend.release(&raw.lock_id).await.unwrap().is_released());

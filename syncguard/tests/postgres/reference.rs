@@ -292,9 +292,10 @@ async fn a_reference_acquire_over_an_expired_holder_lock_clears_the_holder() {
         .await
         .expect("the expired lock is free for the reference");
     assert_eq!(fence, short.fence.get() + 1);
-    let raw = syncguard::get_by_key_raw(&backend, &key)
+    let raw = syncguard::get_by_key(&backend, &key)
         .await
         .unwrap()
+        .map(syncguard::LockInfo::reveal)
         .expect("held by the reference client");
     assert_eq!(raw.lock_id.as_str(), reference_lock);
     assert_eq!(
@@ -340,9 +341,10 @@ async fn a_reference_acquire_over_an_expired_holder_lock_clears_the_holder() {
         .expect("expired: taken anew");
     assert_ne!(next.lock_id, short.lock_id, "a new lock, not a re-entry");
     assert!(next.fence > short.fence);
-    let raw = syncguard::get_by_key_raw(&backend, &key)
+    let raw = syncguard::get_by_key(&backend, &key)
         .await
         .unwrap()
+        .map(syncguard::LockInfo::reveal)
         .unwrap();
     assert_eq!(raw.holder.as_deref(), Some("client-a"));
     assert!(backend.release(&next.lock_id).await.unwrap().is_released());

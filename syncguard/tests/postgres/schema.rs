@@ -296,9 +296,10 @@ async fn setup_schema_adds_the_holder_column_to_an_older_table() {
     assert_eq!(column, ("text".to_owned(), "YES".to_owned()));
 
     let backend = PostgresBackend::new(pool.clone(), config.clone()).unwrap();
-    let old = syncguard::get_by_key_raw(&backend, &key)
+    let old = syncguard::get_by_key(&backend, &key)
         .await
         .unwrap()
+        .map(syncguard::LockInfo::reveal)
         .expect("the old lock is live");
     assert_eq!(old.lock_id, old_lock);
     assert_eq!(old.holder, None, "an old row has no holder");
@@ -319,9 +320,10 @@ async fn setup_schema_adds_the_holder_column_to_an_older_table() {
         .lease()
         .expect("free after the release");
     assert_eq!(lease.fence.get(), 8, "the old counter goes on");
-    let raw = syncguard::get_by_id_raw(&backend, &lease.lock_id)
+    let raw = syncguard::get_by_id(&backend, &lease.lock_id)
         .await
         .unwrap()
+        .map(syncguard::LockInfo::reveal)
         .expect("held");
     assert_eq!(raw.holder.as_deref(), Some("client-a"));
 

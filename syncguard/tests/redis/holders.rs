@@ -13,7 +13,7 @@ use redis::aio::MultiplexedConnection;
 use syncguard::backend::{AcquireOutcome, ExtendOutcome, Lease, LockBackend};
 use syncguard::redis::RedisBackend;
 use syncguard::time::TIME_TOLERANCE_MS;
-use syncguard::{Fence, LockId, get_by_id_raw, get_by_key_raw};
+use syncguard::{Fence, LockId, get_by_id, get_by_key};
 use tokio::time::{Instant, sleep};
 
 use crate::{acquired, both_backends, raw, redis_url, unique};
@@ -104,7 +104,11 @@ async fn the_json_holds_the_holder_only_when_given() {
             "what cjson writes for the same table, then the mark"
         );
         assert!(json.contains("\\/"), "cjson escapes '/': {json}");
-        let raw_info = get_by_key_raw(&backend, &key).await.unwrap().expect("held");
+        let raw_info = get_by_key(&backend, &key)
+            .await
+            .unwrap()
+            .map(syncguard::LockInfo::reveal)
+            .expect("held");
         assert_eq!(raw_info.holder.as_deref(), Some(TRICKY));
 
         // Re-entry: same lock id and fence, acquired now, expiring now + the new ttl; both
@@ -159,7 +163,11 @@ async fn the_json_holds_the_holder_only_when_given() {
         assert!(!has_holder(&json), "{json}");
         let data: serde_json::Value = serde_json::from_str(&json).unwrap();
         assert_eq!(data.as_object().unwrap().len(), 5, "{json}");
-        let raw_info = get_by_key_raw(&backend, &key).await.unwrap().expect("held");
+        let raw_info = get_by_key(&backend, &key)
+            .await
+            .unwrap()
+            .map(syncguard::LockInfo::reveal)
+            .expect("held");
         assert_eq!(raw_info.holder, None);
         let extended = backend
             .extend_by(&plain.lock_id, Duration::from_secs(5))
@@ -218,7 +226,11 @@ async fn reference_records_without_holder_are_never_reentered() {
                 store_like_the_reference(&mut conn, &backend, &key, holder_lua).await;
             assert_eq!(has_holder(&json), holder_lua != "nil", "{json}");
 
-            let raw_info = get_by_key_raw(&backend, &key).await.unwrap().expect("held");
+            let raw_info = get_by_key(&backend, &key)
+                .await
+                .unwrap()
+                .map(syncguard::LockInfo::reveal)
+                .expect("held");
             assert_eq!(raw_info.holder, None);
             assert_eq!((&raw_info.lock_id, raw_info.info.fence), (&lock_id, fence));
 
@@ -285,9 +297,10 @@ async fn the_references_cjson_extend_keeps_the_holder() {
     assert_eq!(data["holder"], TRICKY, "kept: {json}");
     assert_eq!(data["expiresAtMs"], extended_to);
 
-    let raw_info = get_by_id_raw(&backend, &lease.lock_id)
+    let raw_info = get_by_id(&backend, &lease.lock_id)
         .await
         .unwrap()
+        .map(syncguard::LockInfo::reveal)
         .expect("held");
     assert_eq!(raw_info.holder.as_deref(), Some(TRICKY));
     assert_eq!(raw_info.info.expires_at_ms, extended_to);
@@ -525,9 +538,10 @@ async fn an_orphan_release_leaves_a_claimed_lock() {
             redis::Value::Int(0),
             "left after a {claim}: {reply:?}"
         );
-        let info = get_by_key_raw(&backend, &key)
+        let info = get_by_key(&backend, &key)
             .await
             .unwrap()
+            .map(syncguard::LockInfo::reveal)
             .expect("still held");
         assert_eq!(&info.lock_id, id, "{claim}");
         assert!(backend.release(id).await.unwrap().is_released());
