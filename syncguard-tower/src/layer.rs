@@ -31,7 +31,7 @@ use crate::service::LockService;
 /// | setting | default |
 /// |---|---|
 /// | [options](Self::with_options) | `LockOptions::builder().retry(RetryPolicy::single_attempt()).build()`, that is: |
-/// | · ttl | 30 s ([`syncguard::DEFAULT_TTL`]) |
+/// | · ttl | 30 s ([`syncguard::LockOptions::DEFAULT_TTL`]) |
 /// | · retry | [`RetryPolicy::single_attempt`](syncguard::RetryPolicy::single_attempt): a held key is answered at once, unless the options wait (for example [`RetryPolicy::wait_for`](syncguard::RetryPolicy::wait_for)) |
 /// | · heartbeat | on: extends every third of the ttl while the request runs |
 /// | · max_hold | none |

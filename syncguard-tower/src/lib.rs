@@ -84,7 +84,7 @@
 //! The [`syncguard`] types a layer's user names are re-exported here, so that configuring
 //! the layer and reading the lock in a handler need no `use syncguard::...`: the options
 //! ([`LockOptions`], [`LockOptionsBuilder`], [`RetryPolicy`] with its [`Backoff`] and
-//! [`Jitter`], [`OnLost`], [`DEFAULT_TTL`]), what a [`HeldLock`] gives ([`Fence`],
+//! [`Jitter`], [`OnLost`]), what a [`HeldLock`] gives ([`Fence`],
 //! [`LockId`], [`LockName`], [`LockHandle`], [`LostReason`]), the errors ([`LockError`],
 //! [`ErrorCode`]) and the backend trait ([`LockBackend`]). The crate itself is re-exported
 //! as [`syncguard`], for everything else at the version this crate was built
@@ -146,6 +146,6 @@ pub use service::LockService;
 
 pub use syncguard;
 pub use syncguard::{
-    Backoff, DEFAULT_TTL, ErrorCode, Fence, Jitter, LockBackend, LockError, LockHandle, LockId,
-    LockName, LockOptions, LockOptionsBuilder, LostReason, OnLost, RetryPolicy,
+    Backoff, ErrorCode, Fence, Jitter, LockBackend, LockError, LockHandle, LockId, LockName,
+    LockOptions, LockOptionsBuilder, LostReason, OnLost, RetryPolicy,
 };

@@ -294,9 +294,9 @@ async fn the_handler_reads_the_lock_from_the_extension_and_the_extractor() {
                     assert!(!lock.is_lost());
                     // The accessors of a LockGuard, through its handle.
                     assert!(lock.is_held() && lock.lost_reason().is_none());
-                    assert_eq!(lock.ttl(), syncguard::DEFAULT_TTL);
+                    assert_eq!(lock.ttl(), syncguard::LockOptions::DEFAULT_TTL);
                     assert!(lock.expires_at_ms() > syncguard::time::now_ms());
-                    assert!(lock.held_for() < syncguard::DEFAULT_TTL);
+                    assert!(lock.held_for() < syncguard::LockOptions::DEFAULT_TTL);
                     assert_eq!(lock.handle().fence(), lock.fence());
                     assert_eq!(lock.name().key(), None, "keys are not shown by default");
                     assert!(!lock.lost_token().is_cancelled());
@@ -880,13 +880,13 @@ async fn route_param_locks_under_route_layer_and_layer_and_refuses_around_the_ro
 #[tokio::test]
 async fn the_crate_re_exports_what_a_layer_user_names() {
     use syncguard_tower::{
-        Backoff, DEFAULT_TTL, ErrorCode, Fence, Jitter, LockError, LockId, LockOptions,
-        LockOptionsBuilder, LostReason, OnLost, RetryPolicy,
+        Backoff, ErrorCode, Fence, Jitter, LockError, LockId, LockOptions, LockOptionsBuilder,
+        LostReason, OnLost, RetryPolicy,
     };
 
     let builder: LockOptionsBuilder = LockOptions::builder();
     let options = builder
-        .ttl(DEFAULT_TTL)
+        .ttl(LockOptions::DEFAULT_TTL)
         .retry(
             RetryPolicy::wait_for(Duration::from_secs(1))
                 .with_backoff(Backoff::Fixed)

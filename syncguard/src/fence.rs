@@ -5,10 +5,9 @@ use std::str::FromStr;
 
 use crate::error::LockError;
 
-/// Fences above this value are refused with [`LockError::Internal`].
-pub const FENCE_MAX: u64 = 900_000_000_000_000;
-/// Fences above this value are accepted with a logged warning, an early signal to rotate keys.
-pub const FENCE_WARN: u64 = 90_000_000_000_000;
+/// The largest fence as a number: `Fence::MAX.get()`, with `u64` arithmetic in `const`s.
+const MAX: u64 = 900_000_000_000_000;
+const WARN: u64 = 90_000_000_000_000;
 
 /// A fencing token: a per-key counter that strictly increases with every acquisition of the
 /// key, surviving releases, expiry and backend restarts.
@@ -24,7 +23,7 @@ pub const FENCE_WARN: u64 = 90_000_000_000_000;
 /// formats (JSON, YAML, TOML: `"000000000000042"`, the reference design's form, which sorts
 /// as text the way fences sort as numbers) and as a `u64` in compact ones (bincode, postcard).
 /// Human-readable formats read back either the 15-digit string or a number (`42`, safe in
-/// JavaScript: the maximum is below 2^53). Zero, values above [`FENCE_MAX`], negative or
+/// JavaScript: the maximum is below 2^53). Zero, values above [`Fence::MAX`], negative or
 /// fractional numbers and strings that are not 15 digits are refused with an error saying
 /// what a fence is.
 ///
@@ -42,26 +41,34 @@ pub const FENCE_WARN: u64 = 90_000_000_000_000;
 pub struct Fence(u64);
 
 impl Fence {
+    /// The largest fence: counters above it are refused with [`LockError::Internal`]. Below
+    /// 2^53, so that JavaScript reads every fence exactly.
+    pub const MAX: Self = Self(MAX);
+
+    /// Fences above this one are accepted with a logged warning, an early signal to rotate
+    /// the key namespace.
+    pub const WARN: Self = Self(WARN);
+
     /// Checks a counter value read from a backend.
     ///
     /// # Errors
-    /// [`LockError::Internal`] for 0 (counters start at 1) or for a value above [`FENCE_MAX`].
-    /// Above [`FENCE_WARN`] a warning is logged.
+    /// [`LockError::Internal`] for 0 (counters start at 1) or for a value above [`Fence::MAX`].
+    /// Above [`Fence::WARN`] a warning is logged.
     pub fn new(value: u64) -> Result<Self, LockError> {
         if value == 0 {
             return Err(LockError::internal(
                 "fence counter returned 0; counters start at 1",
             ));
         }
-        if value > FENCE_MAX {
+        if value > MAX {
             return Err(LockError::internal(format!(
-                "fence {value:015} exceeds the safe maximum {FENCE_MAX:015}; rotate the key namespace"
+                "fence {value:015} exceeds the safe maximum {MAX:015}; rotate the key namespace"
             )));
         }
-        if value > FENCE_WARN {
+        if value > WARN {
             tracing::warn!(
                 fence = %format_args!("{value:015}"),
-                "syncguard fence is approaching its maximum ({FENCE_MAX:015}); plan a key namespace rotation"
+                "syncguard fence is approaching its maximum ({MAX:015}); plan a key namespace rotation"
             );
         }
         Ok(Self(value))
@@ -110,7 +117,7 @@ mod serde_impl {
     use serde::de::{self, Deserialize, Deserializer, Unexpected, Visitor};
     use serde::ser::{Serialize, Serializer};
 
-    use super::{FENCE_MAX, Fence};
+    use super::{Fence, MAX};
 
     /// What a fence looks like, for error messages.
     const EXPECTED: &str =
@@ -148,7 +155,7 @@ mod serde_impl {
         fn visit_u64<E: de::Error>(self, value: u64) -> Result<Fence, E> {
             // Not `Fence::new`: a value read back was checked when the backend returned it,
             // so it is not warned about again.
-            if (1..=FENCE_MAX).contains(&value) {
+            if (1..=MAX).contains(&value) {
                 Ok(Fence(value))
             } else {
                 Err(E::invalid_value(Unexpected::Unsigned(value), &self))
@@ -168,7 +175,7 @@ mod serde_impl {
                 return Err(invalid());
             }
             let value = text.parse::<u64>().map_err(|_| invalid())?;
-            if (1..=FENCE_MAX).contains(&value) {
+            if (1..=MAX).contains(&value) {
                 Ok(Fence(value))
             } else {
                 Err(invalid())
@@ -193,9 +200,9 @@ mod tests {
 
     #[test]
     fn thresholds() {
-        assert!(Fence::new(FENCE_MAX).is_ok());
-        assert!(Fence::new(FENCE_WARN + 1).is_ok());
-        let err = Fence::new(FENCE_MAX + 1).unwrap_err();
+        assert!(Fence::new(MAX).is_ok());
+        assert!(Fence::new(WARN + 1).is_ok());
+        let err = Fence::new(MAX + 1).unwrap_err();
         assert_eq!(err.code(), crate::ErrorCode::Internal);
         assert_eq!(
             Fence::new(0).unwrap_err().code(),
@@ -234,9 +241,9 @@ mod serde_tests {
         let number: Fence = serde_json::from_str("42").unwrap();
         assert_eq!(number, fence);
         let max: Fence = serde_json::from_str("900000000000000").unwrap();
-        assert_eq!(max.get(), FENCE_MAX);
+        assert_eq!(max.get(), MAX);
         let max: Fence = serde_json::from_str(r#""900000000000000""#).unwrap();
-        assert_eq!(max.get(), FENCE_MAX);
+        assert_eq!(max.get(), MAX);
 
         // Inside a struct, as an application would store one.
         #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
@@ -303,6 +310,6 @@ mod serde_tests {
         }
         assert_eq!(Fence::deserialize(Compact(7)).unwrap().get(), 7);
         assert!(Fence::deserialize(Compact(0)).is_err());
-        assert!(Fence::deserialize(Compact(FENCE_MAX + 1)).is_err());
+        assert!(Fence::deserialize(Compact(MAX + 1)).is_err());
     }
 }

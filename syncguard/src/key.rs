@@ -59,10 +59,10 @@ use unicode_normalization::{IsNormalized, UnicodeNormalization as _, is_nfc_quic
 use crate::error::LockError;
 
 /// The largest accepted user key, in UTF-8 bytes after NFC normalization.
-pub const MAX_KEY_LENGTH_BYTES: usize = 512;
+pub const MAX_KEY_BYTES: usize = 512;
 
 /// Normalizes `key` to Unicode NFC and checks it is a valid lock key: not empty and at most
-/// [`MAX_KEY_LENGTH_BYTES`] UTF-8 bytes once normalized.
+/// [`MAX_KEY_BYTES`] UTF-8 bytes once normalized.
 ///
 /// Every backend calls this before any I/O, so an invalid key never reaches storage.
 /// Borrows when the key is already in NFC, which is the common case.
@@ -76,7 +76,7 @@ pub fn normalize_key(key: &str) -> Result<Cow<'_, str>, LockError> {
     // much cheaper than the quick check.
     if key.is_ascii()
         && !key.is_empty()
-        && key.len() <= MAX_KEY_LENGTH_BYTES
+        && key.len() <= MAX_KEY_BYTES
         && !key.as_bytes().contains(&0)
     {
         return Ok(Cow::Borrowed(key));
@@ -95,9 +95,9 @@ fn normalize_other(key: &str) -> Result<Cow<'_, str>, LockError> {
             "lock key must not contain a NUL character (U+0000): PostgreSQL cannot store it, so no backend accepts it",
         ));
     }
-    if normalized.len() > MAX_KEY_LENGTH_BYTES {
+    if normalized.len() > MAX_KEY_BYTES {
         return Err(LockError::invalid_argument(format!(
-            "lock key is {} bytes after NFC normalization; the limit is {MAX_KEY_LENGTH_BYTES} bytes",
+            "lock key is {} bytes after NFC normalization; the limit is {MAX_KEY_BYTES} bytes",
             normalized.len()
         )));
     }
@@ -233,9 +233,9 @@ mod tests {
     #[test]
     fn empty_and_oversized_keys_are_rejected() {
         assert!(normalize_key("").unwrap_err().code() == crate::ErrorCode::InvalidArgument);
-        let max = "k".repeat(MAX_KEY_LENGTH_BYTES);
+        let max = "k".repeat(MAX_KEY_BYTES);
         assert_eq!(normalize_key(&max).unwrap(), max);
-        let over = "k".repeat(MAX_KEY_LENGTH_BYTES + 1);
+        let over = "k".repeat(MAX_KEY_BYTES + 1);
         let err = normalize_key(&over).unwrap_err();
         assert!(err.to_string().contains("513 bytes"), "{err}");
     }

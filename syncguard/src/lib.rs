@@ -99,13 +99,13 @@ pub use acquire::{acquire, acquire_driven, try_acquire};
 pub use backend::{LockBackend, LockInfo, RevealedLockInfo};
 pub use default_backend::{default_backend, set_default_backend};
 pub use error::{BoxError, ErrorCode, LockError, LostReason};
-pub use fence::{FENCE_MAX, FENCE_WARN, Fence};
+pub use fence::Fence;
 pub use guard::shutdown::{ShutdownReport, shutdown};
 pub use guard::{LockGuard, LockHandle};
 pub use inspect::{get_by_id, get_by_key, owns};
-pub use lock_id::{LOCK_ID_LEN, LockId};
+pub use lock_id::LockId;
 pub use lock_name::LockName;
-pub use options::{DEFAULT_TTL, LockOptions, LockOptionsBuilder, OnLost};
+pub use options::{LockOptions, LockOptionsBuilder, OnLost};
 pub use retry::{Backoff, Jitter, RetryPolicy};
 pub use with_lock::with_lock;
 

@@ -26,12 +26,12 @@ use crate::error::LockError;
 /// # Ok::<(), syncguard::LockError>(())
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct LockId([u8; LOCK_ID_LEN]);
-
-/// The length of every lock id, in characters.
-pub const LOCK_ID_LEN: usize = 22;
+pub struct LockId([u8; LockId::LEN]);
 
 impl LockId {
+    /// The length of every lock id, in characters (ASCII, so also in bytes).
+    pub const LEN: usize = 22;
+
     /// A fresh lock id from the thread-local CSPRNG.
     pub fn generate() -> Self {
         // Two words from the generator cost less than its byte-filling path.
@@ -48,12 +48,12 @@ impl LockId {
     /// # Errors
     /// [`LockError::InvalidArgument`] unless `value` matches `^[A-Za-z0-9_-]{22}$`.
     pub fn parse(value: &str) -> Result<Self, LockError> {
-        let well_formed = value.len() == LOCK_ID_LEN
+        let well_formed = value.len() == Self::LEN
             && value
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
         if well_formed {
-            let mut text = [0_u8; LOCK_ID_LEN];
+            let mut text = [0_u8; Self::LEN];
             text.copy_from_slice(value.as_bytes());
             Ok(Self(text))
         } else {
@@ -70,12 +70,12 @@ impl LockId {
 }
 
 /// `bytes` in base64url without padding.
-fn base64url(bytes: &[u8; 16]) -> [u8; LOCK_ID_LEN] {
-    let mut text = [0_u8; LOCK_ID_LEN];
+fn base64url(bytes: &[u8; 16]) -> [u8; LockId::LEN] {
+    let mut text = [0_u8; LockId::LEN];
     let written = URL_SAFE_NO_PAD
         .encode_slice(bytes, &mut text)
         .expect("16 bytes are 22 base64url characters");
-    debug_assert_eq!(written, LOCK_ID_LEN);
+    debug_assert_eq!(written, LockId::LEN);
     text
 }
 

@@ -6,9 +6,6 @@ use crate::error::LockError;
 use crate::retry::RetryPolicy;
 use crate::time::ttl_millis;
 
-/// The default ttl of a lock: 30 seconds.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
-
 /// What to do with the work when its lock is lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
@@ -33,7 +30,7 @@ pub enum OnLost {
 /// # Default
 /// | setting | default |
 /// |---|---|
-/// | [`ttl`](LockOptionsBuilder::ttl) | 30 s ([`DEFAULT_TTL`]) |
+/// | [`ttl`](LockOptionsBuilder::ttl) | 30 s ([`LockOptions::DEFAULT_TTL`]) |
 /// | [`retry`](LockOptionsBuilder::retry) | [`RetryPolicy::new`]: 10 retries, 100 ms exponential with equal jitter, 5 s timeout |
 /// | [`heartbeat`](LockOptionsBuilder::heartbeat) | on: extends every third of the ttl |
 /// | [`max_hold`](LockOptionsBuilder::max_hold) | none: extends for as long as the guard lives |
@@ -71,7 +68,7 @@ pub struct LockOptions {
 impl Default for LockOptions {
     fn default() -> Self {
         Self {
-            ttl: DEFAULT_TTL,
+            ttl: Self::DEFAULT_TTL,
             retry: RetryPolicy::new(),
             heartbeat: true,
             max_hold: None,
@@ -83,6 +80,9 @@ impl Default for LockOptions {
 }
 
 impl LockOptions {
+    /// The default ttl of a lock: 30 seconds.
+    pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
     /// A builder starting from the defaults.
     pub fn builder() -> LockOptionsBuilder {
         LockOptionsBuilder {

@@ -11,9 +11,8 @@ use syncguard::backend::{
 };
 use syncguard::key::hash_key;
 use syncguard::{
-    Backoff, DEFAULT_TTL, ErrorCode, Jitter, LockBackend, LockError, LockGuard, LockId,
-    LockOptions, LostReason, MemoryBackend, OnLost, RetryPolicy, acquire, acquire_driven,
-    try_acquire, with_lock,
+    Backoff, ErrorCode, Jitter, LockBackend, LockError, LockGuard, LockId, LockOptions, LostReason,
+    MemoryBackend, OnLost, RetryPolicy, acquire, acquire_driven, try_acquire, with_lock,
 };
 use tokio::time::{Instant, sleep, timeout};
 
@@ -117,7 +116,7 @@ fn options_are_validated_when_built() {
     }
 
     let default = LockOptions::default();
-    assert_eq!(default.ttl(), DEFAULT_TTL);
+    assert_eq!(default.ttl(), LockOptions::DEFAULT_TTL);
     assert_eq!(default.retry(), &RetryPolicy::new());
     assert!(default.heartbeat());
     assert_eq!(default.max_hold(), None);

@@ -3,10 +3,10 @@
 use crate::error::LockError;
 
 /// The longest holder, in bytes.
-pub const MAX_HOLDER_LEN: usize = 1024;
+pub const MAX_HOLDER_BYTES: usize = 1024;
 
 /// Checks a holder given to [`LockBackend::acquire_as`](super::LockBackend::acquire_as): 1 to
-/// [`MAX_HOLDER_LEN`] bytes, without NUL (some stores cannot keep it).
+/// [`MAX_HOLDER_BYTES`] bytes, without NUL (some stores cannot keep it).
 ///
 /// ```
 /// use syncguard::backend::check_holder;
@@ -24,9 +24,9 @@ pub fn check_holder(holder: &str) -> Result<(), LockError> {
             "the lock holder is empty; give an identity of 1 to 1024 bytes",
         ));
     }
-    if holder.len() > MAX_HOLDER_LEN {
+    if holder.len() > MAX_HOLDER_BYTES {
         return Err(LockError::invalid_argument(format!(
-            "the lock holder is {} bytes long; at most {MAX_HOLDER_LEN} are accepted",
+            "the lock holder is {} bytes long; at most {MAX_HOLDER_BYTES} are accepted",
             holder.len()
         )));
     }

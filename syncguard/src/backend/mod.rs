@@ -35,7 +35,7 @@ use std::time::Duration;
 use crate::error::LockError;
 use crate::lock_id::LockId;
 
-pub use holder::{MAX_HOLDER_LEN, check_holder};
+pub use holder::{MAX_HOLDER_BYTES, check_holder};
 pub use info::{LockInfo, RevealedLockInfo};
 pub use observer::LockObserver;
 pub use outcome::{
@@ -121,7 +121,7 @@ pub trait LockBackend: Send + Sync {
 
     /// [`acquire`](Self::acquire) on behalf of `holder`, an identity the caller chooses
     /// (checked by [`check_holder`]), stored with the lock and shown by
-    /// [`lookup`](Self::lookup) (in [`RevealedLockInfo::holder`](crate::LockInfoRaw::holder)).
+    /// [`lookup`](Self::lookup) (in [`RevealedLockInfo::holder`](crate::RevealedLockInfo::holder)).
     ///
     /// Re-entrant by holder: when a live lock on `key` was taken by the same `holder`, it is
     /// taken again, keeping its lock id and fence, with a fresh lease (it expires at

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::sleep;
 
 use super::support::{acquired, assert_code, unique_key};
-use crate::backend::{ExtendOutcome, Lease, LockBackend, MAX_HOLDER_LEN};
+use crate::backend::{ExtendOutcome, Lease, LockBackend, MAX_HOLDER_BYTES};
 use crate::error::ErrorCode;
 use crate::inspect::get_by_key;
 use crate::time::TIME_TOLERANCE_MS;
@@ -196,7 +196,7 @@ pub async fn bad_holders_change_nothing<B: LockBackend + Clone + 'static>(backen
         return; // `holders_are_reentrant_and_exclusive` checks the refusal.
     }
     let key = unique_key("bad-holder");
-    let too_long = "h".repeat(MAX_HOLDER_LEN + 1);
+    let too_long = "h".repeat(MAX_HOLDER_BYTES + 1);
     for holder in ["", "a\0b", too_long.as_str()] {
         assert_code(
             backend
@@ -207,7 +207,7 @@ pub async fn bad_holders_change_nothing<B: LockBackend + Clone + 'static>(backen
         );
         assert!(!backend.is_locked(&key).await.unwrap(), "nothing was taken");
     }
-    let longest = "h".repeat(MAX_HOLDER_LEN);
+    let longest = "h".repeat(MAX_HOLDER_BYTES);
     let lease = acquired_as(&backend, &key, Duration::from_secs(10), &longest).await;
     let raw = get_by_key(&backend, &key)
         .await

@@ -294,7 +294,7 @@ impl fmt::Debug for ElectionBuilder {
 
 impl ElectionBuilder {
     /// What observers are shown as the leader while this candidate leads: 1 to
-    /// [`MAX_IDENTITY_LEN`](super::MAX_IDENTITY_LEN) bytes of printable text (no control
+    /// [`MAX_IDENTITY_BYTES`](super::MAX_IDENTITY_BYTES) bytes of printable text (no control
     /// characters), such as a pod name or `host:port`. It need not be unique: each campaign
     /// adds a nonce of its own to what it stores.
     pub fn identity(mut self, identity: impl Into<String>) -> Self {

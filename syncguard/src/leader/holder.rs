@@ -108,8 +108,8 @@ fn hex4(chars: &mut std::str::CharIndices<'_>) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{MAX_HOLDER_LEN, check_holder};
-    use crate::leader::identity::{MAX_IDENTITY_LEN, check_identity};
+    use crate::backend::{MAX_HOLDER_BYTES, check_holder};
+    use crate::leader::identity::{MAX_IDENTITY_BYTES, check_identity};
 
     #[test]
     fn identities_round_trip_through_the_holder() {
@@ -117,12 +117,12 @@ mod tests {
             "web-1:4242",
             "quote\" and backslash\\",
             "ünïcödé 🦀",
-            &"\"".repeat(MAX_IDENTITY_LEN),
+            &"\"".repeat(MAX_IDENTITY_BYTES),
         ] {
             check_identity(identity).unwrap();
             let holder = encode(identity, "AAAAAAAAAAAAAAAAAAAAAA");
             check_holder(&holder).unwrap();
-            assert!(holder.len() <= MAX_HOLDER_LEN);
+            assert!(holder.len() <= MAX_HOLDER_BYTES);
             assert_eq!(
                 decode_identity(&holder).as_deref(),
                 Some(identity),

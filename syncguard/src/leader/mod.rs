@@ -81,6 +81,6 @@ mod run;
 mod watch;
 
 pub use election::{DEFAULT_LEADER_TTL, Election, ElectionBuilder, KEY_PREFIX};
-pub use identity::MAX_IDENTITY_LEN;
+pub use identity::MAX_IDENTITY_BYTES;
 pub use leadership::Leadership;
 pub use watch::{Leader, LeaderWatch};

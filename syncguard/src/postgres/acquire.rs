@@ -38,7 +38,7 @@ use super::session::{Attempt, boxed};
 use super::{PostgresBackend, STORAGE_KEY_LIMIT_BYTES};
 use crate::backend::{AcquireOutcome, check_holder};
 use crate::error::LockError;
-use crate::fence::FENCE_MAX;
+use crate::fence::Fence;
 use crate::key::{make_fence_key, make_storage_key, normalize_key};
 use crate::lock_id::LockId;
 use crate::time::{TIME_TOLERANCE_MS, ttl_millis};
@@ -92,7 +92,7 @@ impl PostgresBackend {
                             .bind(&fence_key)
                             .bind(&lock_id)
                             .bind(as_bigint(ttl_ms))
-                            .bind(as_bigint(FENCE_MAX))
+                            .bind(as_bigint(Fence::MAX.get()))
                             .bind(&holder)
                             .fetch_optional(&mut *conn)
                             .await;
@@ -112,7 +112,7 @@ impl PostgresBackend {
                         .bind(&lock_id)
                         .bind(as_bigint(ttl_ms))
                         .bind(as_bigint(TIME_TOLERANCE_MS))
-                        .bind(as_bigint(FENCE_MAX))
+                        .bind(as_bigint(Fence::MAX.get()))
                         .bind(&holder)
                         .fetch_one(&mut *conn)
                         .await?;

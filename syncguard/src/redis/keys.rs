@@ -191,7 +191,7 @@ mod tests {
     fn the_longest_prefix_and_key_never_hash() {
         let prefix = "p".repeat(super::super::config::MAX_PREFIX_BYTES);
         let layout = Layout::new(&prefix);
-        let key = "k".repeat(crate::key::MAX_KEY_LENGTH_BYTES);
+        let key = "k".repeat(crate::key::MAX_KEY_BYTES);
         let lock = layout.lock_key(&key).unwrap();
         assert_eq!(lock, format!("{prefix}:{key}"));
         assert_eq!(

@@ -14,7 +14,7 @@ use sqlx::{Connection, PgConnection, PgPool};
 use syncguard::backend::{LockBackend, Lookup};
 use syncguard::key::{make_fence_key, make_storage_key};
 use syncguard::postgres::{PostgresBackend, PostgresConfig, STORAGE_KEY_LIMIT_BYTES, setup_schema};
-use syncguard::{ErrorCode, FENCE_MAX, LockOptions};
+use syncguard::{ErrorCode, Fence, LockOptions};
 use tokio::time::Instant;
 
 use crate::proxy::Proxy;
@@ -283,7 +283,7 @@ async fn a_damaged_fence_counter_fails_the_acquire_and_stores_nothing() {
     let backend = backend_on(&postgres_url(), 2, PostgresConfig::new()).await;
     let pool = backend.pool();
     // Stored counters whose next fence is negative, zero, or past the maximum.
-    for stored in [-6_i64, -1, i64::try_from(FENCE_MAX).unwrap()] {
+    for stored in [-6_i64, -1, i64::try_from(Fence::MAX.get()).unwrap()] {
         let key = key("damaged");
         let storage_key = make_storage_key("", &key, STORAGE_KEY_LIMIT_BYTES, 0).unwrap();
         let fence_key = make_fence_key("", &storage_key, STORAGE_KEY_LIMIT_BYTES, 0).unwrap();
