@@ -41,11 +41,12 @@
 //! | build an integration that owns the guard in its own future | [`acquire_driven`], [`LockGuard::poll_keeper`], [`LockGuard::spawn_keeper`], [`LockHandle`] |
 //! | run a background task on one replica at a time, elect a leader, see who leads | [`leader`]: [`leader::Election`] |
 //! | see who holds a lock | [`get_by_key`], [`get_by_id`], [`owns`] |
+//! | find the errors and log lines about a key (they name it by its hash) | [`key_hash`] |
 //! | release everything on shutdown | [`shutdown`] |
 //!
 //! [`LockOptions`] is the policy (ttl, waiting, heartbeat, hold cap, what a loss does), apart
 //! from the key: one options value serves every key. Errors are one type, [`LockError`]; the
-//! ones about one lock name it by its key hash ([`LockName`]), and by its key too when the
+//! ones about one lock name it by its key hash ([`LockName`], [`key_hash`]), and by its key too when the
 //! options [show it](LockOptionsBuilder::show_key).
 //!
 //! # Backends
@@ -104,7 +105,7 @@ pub use guard::shutdown::{ShutdownReport, shutdown};
 pub use guard::{LockGuard, LockHandle};
 pub use inspect::{get_by_id, get_by_key, owns};
 pub use lock_id::LockId;
-pub use lock_name::LockName;
+pub use lock_name::{LockName, key_hash};
 pub use options::{LockOptions, LockOptionsBuilder, OnLost};
 pub use retry::{Backoff, Jitter, RetryPolicy};
 pub use with_lock::with_lock;

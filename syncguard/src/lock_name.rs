@@ -4,8 +4,25 @@ use std::fmt;
 
 use crate::key::hash_key;
 
+/// The key hash by which errors, logs and spans name the lock on `key` (unless the holder
+/// [shows the key](crate::LockOptionsBuilder::show_key)): compute it for a key you know to find
+/// that key's lines. It is the reference design's sanitized hash (24 hex digits over the
+/// NFC-normalized key), so TypeScript services log the same hash for the same key. Not
+/// cryptographic: a hash hides a key from a casual reader, not from someone who can guess it.
+///
+/// ```
+/// use syncguard::{LockName, key_hash};
+///
+/// let hash = key_hash("invoice:42");
+/// assert_eq!(hash.len(), 24);
+/// assert_eq!(LockName::new("invoice:42", false).to_string(), format!("key hash {hash}"));
+/// ```
+pub fn key_hash(key: &str) -> String {
+    hash_key(key)
+}
+
 /// Which lock an error, a log line or a span is about: the sanitized hash of its key
-/// ([`hash_key`]), and the key itself only when the holder opted in with
+/// ([`key_hash`]), and the key itself only when the holder opted in with
 /// [`LockOptionsBuilder::show_key`](crate::LockOptionsBuilder::show_key) (keys may carry
 /// personal data, so they are not shown by default).
 ///
