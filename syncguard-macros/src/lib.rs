@@ -186,7 +186,7 @@ use proc_macro::TokenStream;
 ///         }
 ///     };
 ///     // Waited for up to a second; failures are logged, not returned (the lock expires).
-///     __guard.release_logged().await;
+///     __guard.release_in_background().await;
 ///     __result
 /// }
 /// ```

@@ -2,7 +2,7 @@
 //!
 //! The code `#[locked]` generates calls [`LockOptions::builder`](crate::LockOptions::builder),
 //! [`acquire`](crate::acquire), [`LockGuard::run`](crate::LockGuard::run) and
-//! [`LockGuard::release_logged`](crate::LockGuard::release_logged), as anyone can. It needs
+//! [`LockGuard::release_in_background`](crate::LockGuard::release_in_background), as anyone can. It needs
 //! two things more, both traits with a blanket implementation: one turns a [`LockError`] into
 //! the function's own error type, the other finds the backend behind the expression given as
 //! `backend = ...`; and, for `skip_if_held = true`, a third that gives a skipped run's result
