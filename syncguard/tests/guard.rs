@@ -637,6 +637,28 @@ async fn release_in_background_waits_a_second_and_sends_one_release() {
     );
 }
 
+/// A caller that stops waiting for `release_in_background` (its future dropped, as a
+/// request's is when the client goes away) leaves the release to the background: the key is
+/// freed by the one request already sent, not left held until its ttl runs out.
+#[tokio::test(start_paused = true)]
+async fn release_in_background_goes_on_when_its_caller_stops_waiting() {
+    let backend = Flaky::default();
+    let guard = acquire(&backend, "background:2", &LockOptions::default())
+        .await
+        .unwrap();
+    backend.very_slow_releases.store(true, Ordering::SeqCst);
+    let calls = backend.calls.load(Ordering::SeqCst);
+    let waited = timeout(Duration::from_millis(100), guard.release_in_background()).await;
+    assert!(waited.is_err(), "the caller stopped waiting");
+    sleep(Duration::from_secs(2)).await;
+    assert!(!backend.is_locked("background:2").await.unwrap());
+    assert_eq!(
+        backend.calls.load(Ordering::SeqCst),
+        calls + 1,
+        "one release"
+    );
+}
+
 #[tokio::test]
 async fn the_handle_agrees_with_its_guard() {
     let backend = MemoryBackend::new();
@@ -735,7 +757,7 @@ async fn a_spawned_heartbeat_keeps_the_lock_with_nobody_polling() {
         acquire_with_polled_heartbeat(&backend, "polled:3", &ttl(Duration::from_millis(300)))
             .await
             .unwrap();
-    // Driven for a while (its timer armed), then handed over to a task.
+    // Polled for a while (its timer armed), then handed over to a task.
     assert_eq!(drive(&mut guard, Duration::from_millis(150)).await, None);
     guard.spawn_heartbeat();
     assert_eq!(alive_tasks(), tasks + 1);

@@ -4,6 +4,7 @@
 //! [`Shared::let_go`] makes (as [`shutdown`](crate::shutdown) does).
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Waker};
 use std::time::Duration;
@@ -65,13 +66,15 @@ impl LockGuard {
             release.start();
             return;
         }
-        let mut release = Box::pin(release.run());
-        if tokio::time::timeout(RELEASE_WAIT, release.as_mut())
-            .await
-            .is_err()
-        {
+        // Goes on in a task if the wait runs out, or if this future is dropped meanwhile.
+        let mut release = GoesOn(Some(Box::pin(release.run())));
+        let Some(request) = release.0.as_mut() else {
+            unreachable!("the release was just put there");
+        };
+        if tokio::time::timeout(RELEASE_WAIT, request).await.is_ok() {
+            release.0 = None;
+        } else {
             tracing::debug!(lock = %self.name(), fence = %self.fence(), "syncguard release still unanswered after a second; it goes on in the background");
-            tokio::spawn(release);
         }
     }
 
@@ -143,6 +146,22 @@ impl BackgroundRelease {
         self.answered = true;
         if let Err(error) = self.shared.report_release(outcome) {
             tracing::warn!(%error, lock = %self.shared.name, fence = %self.shared.fence, "syncguard release failed; the lock will expire at the end of its ttl");
+        }
+    }
+}
+
+/// A release whose caller stopped waiting for it (the wait ran out, or the caller's future
+/// was dropped): dropping this hands the request under way to a task instead of cutting it
+/// off.
+struct GoesOn(Option<Pin<Box<dyn Future<Output = ()> + Send>>>);
+
+impl Drop for GoesOn {
+    fn drop(&mut self) {
+        // Without a runtime the release is dropped, and says so (`BackgroundRelease`).
+        if let Some(release) = self.0.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(release);
         }
     }
 }
