@@ -609,17 +609,24 @@ async fn run_takes_on_lost_from_the_options() {
     assert!(!backend.is_locked("run:ok").await.unwrap());
 }
 
+/// The lock on `key` held on a backend whose releases take 1.5 s from now on, and the calls
+/// the backend has had so far.
+async fn held_with_very_slow_releases(key: &str) -> (Flaky, LockGuard, usize) {
+    let backend = Flaky::default();
+    let guard = acquire(&backend, key, &LockOptions::default())
+        .await
+        .unwrap();
+    backend.very_slow_releases.store(true, Ordering::SeqCst);
+    let calls = backend.calls.load(Ordering::SeqCst);
+    (backend, guard, calls)
+}
+
 /// `release_in_background` makes its caller wait at most a second, then leaves the same
 /// release request to the background: the backend gets one release, not a second one sent
 /// when the guard is dropped.
 #[tokio::test(start_paused = true)]
 async fn release_in_background_waits_a_second_and_sends_one_release() {
-    let backend = Flaky::default();
-    let guard = acquire(&backend, "background:1", &LockOptions::default())
-        .await
-        .unwrap();
-    backend.very_slow_releases.store(true, Ordering::SeqCst);
-    let calls = backend.calls.load(Ordering::SeqCst);
+    let (backend, guard, calls) = held_with_very_slow_releases("background:1").await;
     let started = Instant::now();
     guard.release_in_background().await;
     let waited = started.elapsed();
@@ -642,12 +649,7 @@ async fn release_in_background_waits_a_second_and_sends_one_release() {
 /// freed by the one request already sent, not left held until its ttl runs out.
 #[tokio::test(start_paused = true)]
 async fn release_in_background_goes_on_when_its_caller_stops_waiting() {
-    let backend = Flaky::default();
-    let guard = acquire(&backend, "background:2", &LockOptions::default())
-        .await
-        .unwrap();
-    backend.very_slow_releases.store(true, Ordering::SeqCst);
-    let calls = backend.calls.load(Ordering::SeqCst);
+    let (backend, guard, calls) = held_with_very_slow_releases("background:2").await;
     let waited = timeout(Duration::from_millis(100), guard.release_in_background()).await;
     assert!(waited.is_err(), "the caller stopped waiting");
     sleep(Duration::from_secs(2)).await;
