@@ -28,9 +28,15 @@ if [ "${1:-}" != "--tests" ]; then
   RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features --workspace
   log "each feature of syncguard on its own"
   cargo check -p syncguard --no-default-features
-  for feature in memory macros postgres postgres-tls redis redis-tls firestore opentelemetry conformance; do
+  for feature in memory macros postgres postgres-tls redis redis-tls firestore opentelemetry serde conformance; do
     cargo check -p syncguard --no-default-features --features "$feature"
   done
+  # The tower crate as users pick it besides its default (axum): a plain tower/hyper stack, and
+  # tonic alone. Its warnings are errors here too: code behind one feature must not leave the
+  # others with unused imports.
+  log "syncguard-tower without axum, and with grpc alone"
+  cargo clippy -p syncguard-tower --no-default-features -- -D warnings
+  cargo clippy -p syncguard-tower --no-default-features --features grpc -- -D warnings
   # Features are unified over the packages a command selects: a default member whose
   # dependencies (dev-dependencies included) turn on a backend makes every plain `cargo run`,
   # `cargo run --example quickstart` included, compile that backend's client.

@@ -50,7 +50,7 @@ const PATHS: [(&str, &str); 3] = [
     ("macro", "`#[locked]`"),
 ];
 
-/// Every hold spawns a keeper task, aborted at release. On this current-thread runtime the
+/// Every hold spawns a heartbeat task, aborted at release. On this current-thread runtime the
 /// aborted tasks are only reaped when the loop yields to the scheduler; without yields they
 /// would pile up (hundreds of MB over a run) and be freed, untimed, at shutdown. Yielding
 /// every `REAP_EVERY` calls (fewer than the 61 tasks the scheduler runs per tick) reaps them

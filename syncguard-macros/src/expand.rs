@@ -115,7 +115,7 @@ pub(crate) fn expand(args: Args, item: ItemFn) -> syn::Result<TokenStream> {
                     ::core::result::Result::Err(error) => #from_lock_error(error),
                 }
             };
-            __syncguard_guard.release_logged().await;
+            __syncguard_guard.release_in_background().await;
             __syncguard_result
         }
     })

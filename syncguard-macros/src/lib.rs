@@ -185,8 +185,9 @@ use proc_macro::TokenStream;
 ///             Err(lost) => Err(lost.into()),
 ///         }
 ///     };
-///     // Waited for up to a second; failures are logged, not returned (the lock expires).
-///     __guard.release_logged().await;
+///     // Waited for up to a second, then left to the background; failures are logged, not
+///     // returned (the lock expires).
+///     __guard.release_in_background().await;
 ///     __result
 /// }
 /// ```

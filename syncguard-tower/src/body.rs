@@ -79,7 +79,7 @@ impl<B> LockBody<B> {
     ) -> Self {
         // A body is only polled when the connection can take more data, so a slow client
         // would starve a heartbeat run from here: a task keeps the lock while it streams.
-        guard.spawn_keeper();
+        guard.spawn_heartbeat();
         let lost = cancel_on_loss.then(|| Box::pin(guard.lost_token().cancelled_owned()));
         Self {
             kind: Kind::Inner {
@@ -121,7 +121,7 @@ impl<B> fmt::Debug for LockBody<B> {
 /// for the `Retry-After` of the requests it made wait.
 pub(crate) fn release(guard: LockGuard, holds: &HoldTimes) -> ReleaseFuture {
     holds.record(guard.held_for());
-    Box::pin(guard.release_logged())
+    Box::pin(guard.release_in_background())
 }
 
 /// The error that ends a body whose lock was lost, naming the lock.

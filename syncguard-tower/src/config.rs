@@ -56,6 +56,17 @@ pub enum Keyless {
     RunUnlocked,
 }
 
+/// The protocol a layer answers in, set by its constructor to match the layer's type
+/// ([`Http`](crate::protocol::Http) or `Grpc`), with the answer to a key held elsewhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Answers {
+    /// HTTP statuses and problem documents.
+    Http { contended: StatusCode },
+    /// gRPC statuses.
+    #[cfg(feature = "grpc")]
+    Grpc { contended: tonic::Code },
+}
+
 /// Settings shared by every service of one layer, and by their requests.
 #[derive(Clone)]
 pub(crate) struct Config {
@@ -65,11 +76,9 @@ pub(crate) struct Config {
     pub(crate) options: LockOptions,
     pub(crate) release: ReleaseOn,
     pub(crate) keyless: Keyless,
-    /// The HTTP status for a contended key.
-    pub(crate) contended_status: StatusCode,
-    /// `Some` on a gRPC layer: the status code for a contended key.
-    #[cfg(feature = "grpc")]
-    pub(crate) grpc_contended: Option<tonic::Code>,
+    /// The protocol of the answers, as the layer's type says, and its answer to a key held
+    /// elsewhere.
+    pub(crate) answers: Answers,
     /// The bound of a contended answer's `Retry-After`.
     pub(crate) max_retry_after: Duration,
     /// The holds this layer ended, for the `Retry-After` hint.
@@ -83,9 +92,9 @@ impl Config {
             options: default_options(),
             release: ReleaseOn::default(),
             keyless: Keyless::default(),
-            contended_status: StatusCode::LOCKED,
-            #[cfg(feature = "grpc")]
-            grpc_contended: None,
+            answers: Answers::Http {
+                contended: StatusCode::LOCKED,
+            },
             max_retry_after: DEFAULT_MAX_RETRY_AFTER,
             holds: Arc::default(),
         }
@@ -113,17 +122,14 @@ pub(crate) fn default_options() -> LockOptions {
 
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut config = f.debug_struct("Config");
-        config
+        f.debug_struct("Config")
             .field("backend", &self.backend.capabilities().backend)
             .field("options", &self.options)
             .field("release", &self.release)
             .field("keyless", &self.keyless)
-            .field("contended_status", &self.contended_status)
-            .field("max_retry_after", &self.max_retry_after);
-        #[cfg(feature = "grpc")]
-        config.field("grpc_contended", &self.grpc_contended);
-        config.finish()
+            .field("answers", &self.answers)
+            .field("max_retry_after", &self.max_retry_after)
+            .finish()
     }
 }
 

@@ -1,11 +1,10 @@
 //! What a handler learns about the lock its request holds.
 
 use std::fmt;
+use std::ops::Deref;
 use std::sync::Arc;
-use std::time::Duration;
 
-use syncguard::{Fence, LockGuard, LockHandle, LockId, LockName, LostReason};
-use tokio_util::sync::CancellationToken;
+use syncguard::{LockGuard, LockHandle};
 
 /// The lock a request holds, put in the request's extensions before the handler runs.
 ///
@@ -16,9 +15,16 @@ use tokio_util::sync::CancellationToken;
 /// says [`Keyless::RunUnlocked`](crate::Keyless::RunUnlocked); `lock: Option<HeldLock>`
 /// accepts both.
 ///
-/// It has the accessors of [`syncguard::LockGuard`] (a [`LockHandle`] on the guard the layer
-/// keeps): pass [`fence`](Self::fence) to whatever the handler writes to, so a store can refuse
-/// a writer whose lock was taken over. Cloning it copies no string.
+/// It has the accessors of a [`syncguard::LockGuard`], as it derefs to a [`LockHandle`] on the
+/// guard the layer keeps: pass [`fence`](LockHandle::fence) to whatever the handler writes to,
+/// so a store can refuse a writer whose lock was taken over, and check
+/// [`is_held`](LockHandle::is_held) before a side effect made from a task that may outlive the
+/// request. With [`OnLost::Cancel`](syncguard::OnLost::Cancel) (the default) the handler is
+/// dropped when the lock is lost; with `OnLost::Notify` it runs on and should watch
+/// [`is_lost`](LockHandle::is_lost). The handler already runs in the hold's
+/// [`span`](LockHandle::span); use it for tasks it spawns. After the request released the
+/// lock, `is_held` is `false` and `is_lost` stays `false` (a release is no loss). Code written
+/// against `syncguard` alone takes `&lock` as a `&LockHandle`. Cloning it copies no string.
 ///
 /// ```
 /// use axum::{Router, routing::post};
@@ -44,84 +50,13 @@ impl HeldLock {
             handle: guard.handle(),
         }
     }
+}
 
-    /// The read-only [`LockHandle`] this wraps, for code written against `syncguard` alone.
-    pub fn handle(&self) -> &LockHandle {
+impl Deref for HeldLock {
+    type Target = LockHandle;
+
+    fn deref(&self) -> &LockHandle {
         &self.handle
-    }
-
-    /// The (NFC-normalized) key of the lock.
-    pub fn key(&self) -> &str {
-        self.handle.key()
-    }
-
-    /// How logs and errors name the lock: its key hash, and its key if the layer's options
-    /// [show keys](syncguard::LockOptionsBuilder::show_key).
-    pub fn name(&self) -> &LockName {
-        self.handle.name()
-    }
-
-    /// The lock id of this acquisition.
-    pub fn lock_id(&self) -> &LockId {
-        self.handle.lock_id()
-    }
-
-    /// The fencing token of this acquisition; it only grows from one holder to the next.
-    pub fn fence(&self) -> Fence {
-        self.handle.fence()
-    }
-
-    /// The ttl each extend asks for.
-    pub fn ttl(&self) -> Duration {
-        self.handle.ttl()
-    }
-
-    /// The latest authoritative expiry (Unix ms of the backend's time authority).
-    pub fn expires_at_ms(&self) -> u64 {
-        self.handle.expires_at_ms()
-    }
-
-    /// How long the lock has been held.
-    pub fn held_for(&self) -> Duration {
-        self.handle.held_for()
-    }
-
-    /// Whether the lock can still be relied on: held, not lost, and not yet released at the
-    /// end of the request. Check this before a side effect, also from a task that may outlive
-    /// the request.
-    pub fn is_held(&self) -> bool {
-        self.handle.is_held()
-    }
-
-    /// Whether the lock is lost, as of now (also when its lease ran out while nothing looked).
-    /// With [`OnLost::Cancel`](syncguard::OnLost::Cancel) (the default) the handler is dropped
-    /// when that happens; with `OnLost::Notify` it runs on and should check
-    /// [`is_held`](Self::is_held) before side effects. After the request released the lock
-    /// this stays `false`: a release is no loss.
-    pub fn is_lost(&self) -> bool {
-        self.handle.is_lost()
-    }
-
-    /// Why the lock is lost, as of now; `None` while it is held (and after the release).
-    pub fn lost_reason(&self) -> Option<LostReason> {
-        self.handle.lost_reason()
-    }
-
-    /// Completes with the reason when the lock is lost; never while it is held, nor after the
-    /// release.
-    pub async fn lost(&self) -> LostReason {
-        self.handle.lost().await
-    }
-
-    /// A token cancelled when the lock is lost (not when it is released).
-    pub fn lost_token(&self) -> CancellationToken {
-        self.handle.lost_token()
-    }
-
-    /// The hold's `syncguard.hold` tracing span. The handler already runs in it; use it for
-    /// tasks the handler spawns (`task.instrument(lock.span().clone())`).
-    pub fn span(&self) -> &tracing::Span {
-        self.handle.span()
     }
 }
 

@@ -28,7 +28,7 @@ pin_project! {
     /// runs: it acquires the lock, calls the inner service with the lock's
     /// [`HeldLock`] in the request's extensions, polls the inner future inside the hold's
     /// `syncguard.hold` span, runs the lock's heartbeat itself while the inner future is
-    /// pending ([`LockGuard::poll_keeper`]; the inner future is dropped if the lock is lost),
+    /// pending ([`LockGuard::poll_heartbeat`]; the inner future is dropped if the lock is lost),
     /// then releases the lock (or hands it to the body, with [`ReleaseOn::BodyEnd`]).
     /// Dropping it at any point releases the lock in the background.
     pub struct ResponseFuture<S, ReqBody, ResBody, M = Wrapped>
@@ -222,7 +222,7 @@ where
                     // The heartbeat runs here, in the request's own task: a timer for the next
                     // extend, extends inline when it fires.
                     // A loss it records is answered above.
-                    if held.poll_keeper(cx).is_ready() && cancel {
+                    if held.poll_heartbeat(cx).is_ready() && cancel {
                         continue;
                     }
                     return Poll::Pending;

@@ -10,7 +10,10 @@ use syncguard::{LockBackend, LockOptions};
 use tower::Layer;
 
 use crate::body::Wrapped;
-use crate::config::{Config, Keyless, Layered, ReleaseOn};
+use crate::config::{Answers, Config, Keyless, Layered, ReleaseOn};
+#[cfg(feature = "grpc")]
+use crate::protocol::Grpc;
+use crate::protocol::Http;
 use crate::service::LockService;
 
 /// A [`tower::Layer`] that runs each request under the distributed lock its key names, so
@@ -39,14 +42,17 @@ use crate::service::LockService;
 /// | · show_key | off: logs and spans name the lock by its key hash |
 /// | [`release`](Self::with_release) | [`ReleaseOn::ResponseFuture`] |
 /// | [`keyless`](Self::with_keyless) | [`Keyless::Refuse`]: a request without a key is refused |
-/// | contention | `423 Locked` ([`with_contended_status`](Self::with_contended_status)); gRPC `ABORTED` |
+/// | contention | `423 Locked` ([`with_contended_status`](Self::with_contended_status)); gRPC `ABORTED` ([`with_contended_code`][with_contended_code]) |
 /// | [`max_retry_after`](Self::with_max_retry_after) | 5 s |
 ///
 /// # Constructors
 /// [`new`](Self::new) for any HTTP service (hyper, tower stacks); [`for_axum`][for_axum]
 /// for axum routers (the same layer, whose responses carry axum's own body type, which axum
 /// takes without boxing it again, feature `axum`); [`for_grpc`][for_grpc] for tonic (feature
-/// `grpc`).
+/// `grpc`). The protocol is in the layer's type, `P`: an HTTP layer is a `LockLayer<K>`
+/// (`LockLayer<K, Http>`), a gRPC one a `LockLayer<K, Grpc>` (see [`protocol`](crate::protocol)),
+/// so that [`with_contended_status`](Self::with_contended_status) exists only on the first and
+/// [`with_contended_code`][with_contended_code] only on the second.
 ///
 /// # Answers
 /// | situation | HTTP ([`new`](Self::new), [`for_axum`][for_axum]) | gRPC ([`for_grpc`][for_grpc]) |
@@ -100,7 +106,8 @@ use crate::service::LockService;
 /// # Ok::<(), syncguard::LockError>(())
 /// ```
 ///
-/// `M` is the body type of the responses (see [`ResponseBodies`](crate::ResponseBodies)): a
+/// `P` is the protocol the layer answers in ([`Http`] or `Grpc`), `M` the body type of the
+/// responses (see [`ResponseBodies`](crate::ResponseBodies)): a
 /// [`LockBody`](crate::LockBody) around the inner body by default, or axum's `Body` with
 /// [`for_axum`][for_axum].
 ///
@@ -111,29 +118,34 @@ use crate::service::LockService;
     not(feature = "axum"),
     doc = concat!("[for_axum]: https://docs.rs/syncguard-tower/", env!("CARGO_PKG_VERSION"), "/syncguard_tower/struct.LockLayer.html#method.for_axum")
 )]
-#[cfg_attr(feature = "grpc", doc = "[for_grpc]: Self::for_grpc")]
+#[cfg_attr(
+    feature = "grpc",
+    doc = "[for_grpc]: Self::for_grpc",
+    doc = "[with_contended_code]: Self::with_contended_code"
+)]
 #[cfg_attr(
     not(feature = "grpc"),
-    doc = concat!("[for_grpc]: https://docs.rs/syncguard-tower/", env!("CARGO_PKG_VERSION"), "/syncguard_tower/struct.LockLayer.html#method.for_grpc")
+    doc = concat!("[for_grpc]: https://docs.rs/syncguard-tower/", env!("CARGO_PKG_VERSION"), "/syncguard_tower/struct.LockLayer.html#method.for_grpc"),
+    doc = concat!("[with_contended_code]: https://docs.rs/syncguard-tower/", env!("CARGO_PKG_VERSION"), "/syncguard_tower/struct.LockLayer.html#method.with_contended_code")
 )]
 #[must_use]
-pub struct LockLayer<K, M = Wrapped> {
+pub struct LockLayer<K, P = Http, M = Wrapped> {
     make_key: Arc<K>,
     config: Arc<Config>,
-    bodies: PhantomData<fn() -> M>,
+    kind: PhantomData<fn() -> (P, M)>,
 }
 
-impl<K, M> Clone for LockLayer<K, M> {
+impl<K, P, M> Clone for LockLayer<K, P, M> {
     fn clone(&self) -> Self {
         Self {
             make_key: Arc::clone(&self.make_key),
             config: Arc::clone(&self.config),
-            bodies: PhantomData,
+            kind: PhantomData,
         }
     }
 }
 
-impl<K, M> fmt::Debug for LockLayer<K, M> {
+impl<K, P, M> fmt::Debug for LockLayer<K, P, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockLayer")
             .field("config", &self.config)
@@ -141,7 +153,7 @@ impl<K, M> fmt::Debug for LockLayer<K, M> {
     }
 }
 
-impl<K> LockLayer<K> {
+impl<K> LockLayer<K, Http> {
     /// A layer for HTTP services (axum, hyper, tower-http stacks) that locks each request on
     /// the key `make_key` gives, in `backend`.
     ///
@@ -168,30 +180,10 @@ impl<K> LockLayer<K> {
     pub fn new<B: LockBackend + 'static>(backend: B, make_key: K) -> Self {
         Self::build(Arc::new(backend), make_key)
     }
-
-    /// A layer for gRPC services (tonic), which answers with gRPC statuses: `ABORTED` when the
-    /// key is held elsewhere, `UNAVAILABLE` when the backend failed or the lock was lost,
-    /// `INVALID_ARGUMENT` for an invalid key. Add it with `tonic::transport::Server::layer`.
-    ///
-    /// ```
-    /// use syncguard::MemoryBackend;
-    /// use syncguard_tower::{LockLayer, key};
-    ///
-    /// // Calls of one method for one job id (sent as metadata) run one at a time.
-    /// let layer = LockLayer::for_grpc(MemoryBackend::new(), key::path_and_header("x-job-id"));
-    /// # let _ = layer;
-    /// ```
-    #[cfg(feature = "grpc")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
-    pub fn for_grpc<B: LockBackend + 'static>(backend: B, make_key: K) -> Self {
-        let mut layer = Self::build(Arc::new(backend), make_key);
-        layer.config_mut().grpc_contended = Some(tonic::Code::Aborted);
-        layer
-    }
 }
 
 #[cfg(feature = "axum")]
-impl<K> LockLayer<K, axum::body::Body> {
+impl<K> LockLayer<K, Http, axum::body::Body> {
     /// [`new`](LockLayer::new) for axum routers: the responses carry axum's own `Body`, so
     /// axum takes them as they are, where it would box a [`LockBody`](crate::LockBody) (one
     /// allocation and one indirection per response; the handler's body is handed on
@@ -242,10 +234,10 @@ impl<K> LockLayer<K, axum::body::Body> {
     }
 }
 
-impl<K, M> LockLayer<K, M> {
+impl<K, P, M> LockLayer<K, P, M> {
     fn build(backend: Arc<dyn LockBackend>, make_key: K) -> Self {
         Self {
-            bodies: PhantomData,
+            kind: PhantomData,
             make_key: Arc::new(make_key),
             config: Arc::new(Config::new(backend)),
         }
@@ -273,7 +265,8 @@ impl<K, M> LockLayer<K, M> {
     /// - **Loss.** [`OnLost::Cancel`](syncguard::OnLost::Cancel) (the default) drops the
     ///   handler and answers 503 / `UNAVAILABLE` (or, while a [`ReleaseOn::BodyEnd`] body
     ///   streams, ends it with an error); [`OnLost::Notify`](syncguard::OnLost::Notify) lets
-    ///   it run on, and the handler can watch [`HeldLock::is_lost`](crate::HeldLock::is_lost).
+    ///   it run on, and the handler can watch its [`HeldLock`](crate::HeldLock)'s
+    ///   [`is_lost`](syncguard::LockHandle::is_lost).
     ///   Either way, a handler that finishes when its lock is lost (also when its lease ran
     ///   out while its thread was blocked) does not get its response through: the layer
     ///   answers 503 / `UNAVAILABLE`, as the response was not made under the lock throughout.
@@ -374,9 +367,12 @@ impl<K, M> LockLayer<K, M> {
         self.config_mut().release = release;
         self
     }
+}
 
+impl<K, M> LockLayer<K, Http, M> {
     /// The HTTP status for a key held elsewhere: `423 Locked` by default, or for example
-    /// `409 Conflict`. No effect on a [`for_grpc`][for_grpc] layer.
+    /// `409 Conflict`. (A gRPC layer answers with a gRPC code instead:
+    /// [`with_contended_code`][with_contended_code].)
     ///
     /// ```
     /// # use syncguard_tower::{LockLayer, key};
@@ -386,19 +382,47 @@ impl<K, M> LockLayer<K, M> {
     /// # let _ = layer;
     /// ```
     ///
-    #[cfg_attr(feature = "grpc", doc = "[for_grpc]: Self::for_grpc")]
+    #[cfg_attr(
+        feature = "grpc",
+        doc = "[with_contended_code]: LockLayer::with_contended_code"
+    )]
     #[cfg_attr(
         not(feature = "grpc"),
-        doc = concat!("[for_grpc]: https://docs.rs/syncguard-tower/", env!("CARGO_PKG_VERSION"), "/syncguard_tower/struct.LockLayer.html#method.for_grpc")
+        doc = concat!("[with_contended_code]: https://docs.rs/syncguard-tower/", env!("CARGO_PKG_VERSION"), "/syncguard_tower/struct.LockLayer.html#method.with_contended_code")
     )]
     pub fn with_contended_status(mut self, status: StatusCode) -> Self {
-        self.config_mut().contended_status = status;
+        self.config_mut().answers = Answers::Http { contended: status };
         self
+    }
+}
+
+#[cfg(feature = "grpc")]
+#[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+impl<K> LockLayer<K, Grpc> {
+    /// A layer for gRPC services (tonic), which answers with gRPC statuses: `ABORTED` when the
+    /// key is held elsewhere, `UNAVAILABLE` when the backend failed or the lock was lost,
+    /// `INVALID_ARGUMENT` for an invalid key. Add it with `tonic::transport::Server::layer`.
+    ///
+    /// ```
+    /// use syncguard::MemoryBackend;
+    /// use syncguard_tower::{LockLayer, key};
+    ///
+    /// // Calls of one method for one job id (sent as metadata) run one at a time.
+    /// let layer = LockLayer::for_grpc(MemoryBackend::new(), key::path_and_header("x-job-id"));
+    /// # let _ = layer;
+    /// ```
+    pub fn for_grpc<B: LockBackend + 'static>(backend: B, make_key: K) -> Self {
+        let mut layer = Self::build(Arc::new(backend), make_key);
+        layer.config_mut().answers = Answers::Grpc {
+            contended: tonic::Code::Aborted,
+        };
+        layer
     }
 
     /// The gRPC status code for a key held elsewhere: `ABORTED` by default (the client may
     /// retry the whole call), or for example `RESOURCE_EXHAUSTED` or `FAILED_PRECONDITION`.
-    /// No effect on an HTTP layer.
+    /// (An HTTP layer answers with an HTTP status instead:
+    /// [`with_contended_status`](LockLayer::with_contended_status).)
     ///
     /// ```
     /// # use syncguard_tower::{LockLayer, key};
@@ -406,18 +430,13 @@ impl<K, M> LockLayer<K, M> {
     ///     .with_contended_code(tonic::Code::FailedPrecondition);
     /// # let _ = layer;
     /// ```
-    #[cfg(feature = "grpc")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
     pub fn with_contended_code(mut self, code: tonic::Code) -> Self {
-        let config = self.config_mut();
-        if config.grpc_contended.is_some() {
-            config.grpc_contended = Some(code);
-        }
+        self.config_mut().answers = Answers::Grpc { contended: code };
         self
     }
 }
 
-impl<S, K, M> Layer<S> for LockLayer<K, M> {
+impl<S, K, P, M> Layer<S> for LockLayer<K, P, M> {
     type Service = LockService<S, K, M>;
 
     fn layer(&self, inner: S) -> Self::Service {

@@ -68,30 +68,26 @@
 //!   ([`LockLayer::with_options`]: ttl, waiting, heartbeat, `max_hold`, what a lost lock does,
 //!   whether logs show raw keys); by default a held key is answered at once. The layer's own
 //!   settings: when to release ([`ReleaseOn`]: when the response future completes, or when
-//!   the body has been sent) and the contention status.
+//!   the body has been sent) and the contention status (an HTTP status on an HTTP layer, a
+//!   gRPC code on a gRPC one: the [protocol](protocol) is in the layer's type).
 //! - **Answers**: 423 Locked (or 409) with `Retry-After` (when the holder is likely done, from
 //!   the holds the layer has seen, at most 5 s by default: [how it is
 //!   computed](LockLayer#retry-after)) and a JSON problem document when the key is held; 503 when the backend fails (the handler never runs without its lock); gRPC
 //!   statuses with [`LockLayer::for_grpc`] (feature `grpc`): `ABORTED`, `UNAVAILABLE`.
-//! - **In the handler**: [`HeldLock`] (fence, lock id, expiry, loss: the accessors of
-//!   [`syncguard::LockGuard`]) from the request's extensions, or as an axum extractor.
+//! - **In the handler**: [`HeldLock`] (fence, lock id, expiry, loss: it derefs to a
+//!   [`syncguard::LockHandle`], whose accessors a guard has too) from the request's
+//!   extensions, or as an axum extractor.
 //! - **Observability**: the handler runs in the hold's `syncguard.hold` tracing span (key hash,
 //!   fence, outcome), and every warning the layer logs names the lock (`lock = key hash …`,
 //!   with the key itself only under [`show_key`](syncguard::LockOptionsBuilder::show_key)).
 //!
-//! # What this crate re-exports
+//! # `syncguard`
 //!
-//! The [`syncguard`] types a layer's user names are re-exported here, so that configuring
-//! the layer and reading the lock in a handler need no `use syncguard::...`: the options
-//! ([`LockOptions`], [`LockOptionsBuilder`], [`RetryPolicy`] with its [`Backoff`] and
-//! [`Jitter`], [`OnLost`]), what a [`HeldLock`] gives ([`Fence`],
-//! [`LockId`], [`LockName`], [`LockHandle`], [`LostReason`]), the errors ([`LockError`],
-//! [`ErrorCode`]) and the backend trait ([`LockBackend`]). The crate itself is re-exported
-//! as [`syncguard`], for everything else at the version this crate was built
-//! with. The backends (`MemoryBackend`, `PostgresBackend`, `RedisBackend`,
-//! `FirestoreBackend`) are behind `syncguard`'s features: depend on `syncguard` with the
-//! backend's feature (`syncguard = { version = "...", features = ["postgres"] }`) and take it
-//! from there.
+//! The options, the lock's types and the errors are [`syncguard`]'s: depend on `syncguard`
+//! (with the backend's feature, for example `syncguard = { version = "...", features =
+//! ["postgres"] }`) and name them from there (`syncguard::LockOptions`,
+//! `syncguard::RetryPolicy`, `syncguard::LockHandle`, which [`HeldLock`] derefs to). This
+//! crate re-exports [`syncguard`] itself, at the version it was built with.
 //!
 //! # Features
 //! | feature | default | what |
@@ -123,13 +119,15 @@
 // The modules import one way only: `layer` (the `LockLayer` and its settings) → `service`
 // (keys the request, starts the acquisition) → `future` (acquire, run under the lock,
 // release) → `response` (the rejections) → `body` (`LockBody`); all of them read `config`
-// (what one layer's services share), and `key` and `extension` import none of them.
+// (what one layer's services share), and `key`, `extension` and `protocol` import none of
+// them.
 mod body;
 mod config;
 mod extension;
 mod future;
 pub mod key;
 mod layer;
+pub mod protocol;
 mod response;
 mod retry_after;
 mod service;
@@ -145,7 +143,3 @@ pub use layer::LockLayer;
 pub use service::LockService;
 
 pub use syncguard;
-pub use syncguard::{
-    Backoff, ErrorCode, Fence, Jitter, LockBackend, LockError, LockHandle, LockId, LockName,
-    LockOptions, LockOptionsBuilder, LostReason, OnLost, RetryPolicy,
-};

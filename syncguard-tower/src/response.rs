@@ -7,7 +7,7 @@ use http::{Response, StatusCode};
 use syncguard::{LockError, LostReason};
 
 use crate::body::LockBody;
-use crate::config::Config;
+use crate::config::{Answers, Config};
 use crate::key::NoKey;
 use crate::retry_after::{self, Holder};
 
@@ -61,11 +61,11 @@ impl Rejection {
 
     /// The response to send.
     pub(crate) fn into_response<B>(self, config: &Config) -> Response<LockBody<B>> {
-        #[cfg(feature = "grpc")]
-        if let Some(contended) = config.grpc_contended {
-            return self.into_grpc_response(contended);
+        match config.answers {
+            Answers::Http { contended } => self.into_http_response(contended),
+            #[cfg(feature = "grpc")]
+            Answers::Grpc { contended } => self.into_grpc_response(contended),
         }
-        self.into_http_response(config.contended_status)
     }
 
     fn into_http_response<B>(self, contended: StatusCode) -> Response<LockBody<B>> {

@@ -125,10 +125,11 @@ where
 }
 
 /// Takes the lock on `key` for one request, or says what to answer instead. The response
-/// future drives the lock's keeper itself (see [`ResponseFuture`]).
+/// future runs the lock's heartbeat itself (see [`ResponseFuture`]).
 fn acquire(key: String, config: Arc<Config>) -> AcquireFuture {
     Box::pin(async move {
-        match syncguard::acquire_driven(&config.backend, &key, &config.options).await {
+        match syncguard::acquire_with_polled_heartbeat(&config.backend, &key, &config.options).await
+        {
             Ok(guard) => Ok(guard),
             Err(error) => Err(Rejection::from_acquire_error(error, &key, &config).await),
         }

@@ -213,3 +213,32 @@ async fn a_call_without_its_key_is_invalid_argument_naming_the_metadata() {
     assert!(status.message().contains("`x-job-id`"), "{status:?}");
     assert_eq!(fixture.runs.load(Ordering::SeqCst), 0);
 }
+
+/// A gRPC layer answers a held key with the code `with_contended_code` sets (the setter exists
+/// on gRPC layers only: see the `protocol` module's compile-fail examples).
+#[tokio::test]
+async fn a_held_key_gets_the_layers_contended_code() {
+    use tower::{ServiceBuilder, ServiceExt};
+
+    let backend = MemoryBackend::new();
+    let held = syncguard::acquire(&backend, "job:1", &LockOptions::default())
+        .await
+        .unwrap();
+    let service = ServiceBuilder::new()
+        .layer(
+            LockLayer::for_grpc(backend.clone(), |_: &http::Request<Body>| {
+                Some("job:1".to_owned())
+            })
+            .with_contended_code(Code::FailedPrecondition),
+        )
+        .service(tower::service_fn(|_: http::Request<Body>| async {
+            Ok::<_, Infallible>(http::Response::new(Body::empty()))
+        }));
+    let response = service
+        .oneshot(http::Request::new(Body::empty()))
+        .await
+        .unwrap();
+    let status = Status::from_header_map(response.headers()).expect("a gRPC status");
+    assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+    held.release().await.unwrap();
+}

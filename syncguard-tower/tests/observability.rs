@@ -226,7 +226,7 @@ async fn a_body_that_loses_its_lock_ends_with_lock_lost_naming_the_lock() {
     let mut body = response.into_body();
     let error = tokio::time::timeout(Duration::from_secs(10), body.frame())
         .await
-        .expect("the body ends once the keeper notices the loss")
+        .expect("the body ends once the heartbeat notices the loss")
         .expect("an error, not the end")
         .expect_err("an error, not a frame");
     let error = error.downcast::<LockError>().expect("a LockError");

@@ -9,12 +9,13 @@ use axum::body::Body;
 use axum::routing::post;
 use http::{Request, StatusCode};
 use syncguard::MemoryBackend;
+use syncguard_tower::protocol::Http;
 use syncguard_tower::{LockLayer, key};
 use tower::ServiceExt;
 
 /// `POST /orders/{id}/pay`, a 1.5 s handler under the layer's default options (ttl 30 s).
 fn app(
-    layer: impl FnOnce(LockLayer<key::Resource, Body>) -> LockLayer<key::Resource, Body>,
+    layer: impl FnOnce(LockLayer<key::Resource, Http, Body>) -> LockLayer<key::Resource, Http, Body>,
 ) -> Router {
     let locks = LockLayer::for_axum(MemoryBackend::new(), key::resource("order", "id"));
     Router::new()

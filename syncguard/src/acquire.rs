@@ -11,7 +11,8 @@ use crate::backend::{
     AcquireOutcome, Contention, Lease, LockBackend, LockObserver, ReleaseWatch, Wake,
 };
 use crate::error::LockError;
-use crate::guard::{LockGuard, SentAt, Start};
+use crate::far_future::later;
+use crate::guard::{HeartbeatBy, LockGuard, SentAt, Start};
 use crate::key::normalize_key;
 use crate::lock_name::LockName;
 use crate::options::LockOptions;
@@ -50,7 +51,7 @@ where
     B: LockBackend + Clone + 'static,
 {
     Acquisition::new(share(backend), key, options)?
-        .wait(Keeping::Task)
+        .wait(HeartbeatBy::Task)
         .await
 }
 
@@ -83,30 +84,33 @@ where
     B: LockBackend + Clone + 'static,
 {
     Acquisition::new(share(backend), key, options)?
-        .once(Keeping::Task)
+        .once(HeartbeatBy::Task)
         .await
 }
 
-/// [`acquire`] for an integration that owns the guard inside a future of its own (a Tower
-/// service's response future, a job runner): nothing keeps the lock until the owner runs
-/// [`LockGuard::poll_keeper`] from its `poll`, or hands the keeper to a task with
-/// [`LockGuard::spawn_keeper`]. Holding a lock then costs no task of its own.
+/// [`acquire`] whose guard's heartbeat the caller runs, from its own `poll`, instead of a task:
+/// for an integration that owns the guard inside a future of its own (a Tower service's
+/// response future, a job runner). The heartbeat (the extends, and noticing a lease that ran
+/// out) runs only while the owner calls [`LockGuard::poll_heartbeat`], each time it is about
+/// to return `Pending`; [`LockGuard::spawn_heartbeat`] hands it to a task, for when nobody
+/// will poll. Holding a lock then costs no task of its own.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {
 /// use syncguard::{LockOptions, MemoryBackend};
 ///
 /// let backend = MemoryBackend::new();
-/// let mut guard = syncguard::acquire_driven(&backend, "job:9", &LockOptions::default()).await?;
-/// // ... poll `guard.poll_keeper(cx)` while the work is pending, or:
-/// guard.spawn_keeper();
+/// let options = LockOptions::default();
+/// let mut guard = syncguard::acquire_with_polled_heartbeat(&backend, "job:9", &options).await?;
+/// // ... call `guard.poll_heartbeat(cx)` while the work is pending, or:
+/// guard.spawn_heartbeat();
 /// guard.release().await?;
 /// # Ok(()) }
 /// ```
 ///
 /// # Errors
 /// As [`acquire`].
-pub async fn acquire_driven<B>(
+pub async fn acquire_with_polled_heartbeat<B>(
     backend: &B,
     key: &str,
     options: &LockOptions,
@@ -115,7 +119,7 @@ where
     B: LockBackend + Clone + 'static,
 {
     Acquisition::new(share(backend), key, options)?
-        .wait(Keeping::Driven)
+        .wait(HeartbeatBy::Owner)
         .await
 }
 
@@ -133,7 +137,7 @@ pub(crate) async fn acquire_as(
 ) -> Result<Option<LockGuard>, LockError> {
     let mut acquisition = Acquisition::new(backend, key, options)?;
     acquisition.holder = Some(holder.to_owned());
-    acquisition.wait_until(Keeping::Task, stop).await
+    acquisition.wait_until(HeartbeatBy::Task, stop).await
 }
 
 /// `backend` behind an `Arc`. A backend that already is an `Arc<dyn LockBackend>` is shared
@@ -162,25 +166,8 @@ fn lease_over_at(expires_at_ms: u64) -> Instant {
     Instant::now() + until.min(LONGEST_HOLDER_WAIT)
 }
 
-/// `start + by`, or (past what the clock can represent) a time that never comes.
-fn later(start: Instant, by: Duration) -> Instant {
-    start.checked_add(by).unwrap_or_else(|| start + NEVER)
-}
-
-/// Far enough to count as never, near enough to be representable.
-const NEVER: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
-
 /// The furthest a holder's lease end is trusted to be: past it, the policy's delays rule.
 const LONGEST_HOLDER_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
-
-/// Who keeps the lock once it is taken.
-#[derive(Debug, Clone, Copy)]
-enum Keeping {
-    /// A spawned task.
-    Task,
-    /// The guard's owner, through [`LockGuard::poll_keeper`].
-    Driven,
-}
 
 /// The attempts of one acquisition: when it began (the start of the wait), how many were
 /// made, and who hears of the result.
@@ -242,8 +229,8 @@ impl<'o> Acquisition<'o> {
     /// Attempts until the lock is taken or the retry policy gives up: at the policy's delays,
     /// and (on a backend that announces releases) when a release is announced or the holder's
     /// lease ends. See [`RetryPolicy`](crate::RetryPolicy) for what a waiter may expect.
-    async fn wait(self, keeping: Keeping) -> Result<LockGuard, LockError> {
-        match self.wait_until(keeping, None).await? {
+    async fn wait(self, heartbeat_by: HeartbeatBy) -> Result<LockGuard, LockError> {
+        match self.wait_until(heartbeat_by, None).await? {
             Some(guard) => Ok(guard),
             None => unreachable!("a wait without a stop token ends with the lock or an error"),
         }
@@ -253,7 +240,7 @@ impl<'o> Acquisition<'o> {
     /// attempts, never during one.
     async fn wait_until(
         mut self,
-        keeping: Keeping,
+        heartbeat_by: HeartbeatBy,
         stop: Option<&CancellationToken>,
     ) -> Result<Option<LockGuard>, LockError> {
         let retry = *self.options.retry();
@@ -290,7 +277,7 @@ impl<'o> Acquisition<'o> {
                         if let Some(watch) = watch.take() {
                             watch.acquired(lease.expires_at_ms);
                         }
-                        return Ok(Some(self.guard(lease, sent, keeping)));
+                        return Ok(Some(self.guard(lease, sent, heartbeat_by)));
                     }
                     Attempt::Refused(contention) => {
                         holder_ends = contention.holder_expires_at_ms.map(lease_over_at);
@@ -346,9 +333,9 @@ impl<'o> Acquisition<'o> {
     }
 
     /// One attempt; contention is `None`.
-    async fn once(mut self, keeping: Keeping) -> Result<Option<LockGuard>, LockError> {
+    async fn once(mut self, heartbeat_by: HeartbeatBy) -> Result<Option<LockGuard>, LockError> {
         match self.attempt().await? {
-            Attempt::Taken(lease, sent) => Ok(Some(self.guard(lease, sent, keeping))),
+            Attempt::Taken(lease, sent) => Ok(Some(self.guard(lease, sent, heartbeat_by))),
             Attempt::Refused(_) => {
                 // Reported as a wait that gave up; the caller gets no error.
                 let _ = self.contended();
@@ -381,7 +368,7 @@ impl<'o> Acquisition<'o> {
         error
     }
 
-    fn guard(self, lease: Lease, sent: SentAt, keeping: Keeping) -> LockGuard {
+    fn guard(self, lease: Lease, sent: SentAt, heartbeat_by: HeartbeatBy) -> LockGuard {
         let options = self.options;
         let start = Start {
             key: self.key,
@@ -397,7 +384,6 @@ impl<'o> Acquisition<'o> {
             sent_wall_ms: sent.wall_ms,
             observer: self.observer,
         };
-        let driven = matches!(keeping, Keeping::Driven);
-        LockGuard::start(self.backend, start, options.heartbeat(), driven)
+        LockGuard::start(self.backend, start, options.heartbeat(), heartbeat_by)
     }
 }

@@ -38,7 +38,7 @@
 //! | hold a lock across code of your own | [`acquire`] (waits as the options say), [`try_acquire`] (one attempt, `None` when held), then [`LockGuard`] |
 //! | lock an `async fn` | `#[locked(key = "job:{id}")]` (feature `macros`, on by default) |
 //! | lock requests of an axum or tonic service | the `syncguard-tower` crate's `LockLayer` |
-//! | build an integration that owns the guard in its own future | [`acquire_driven`], [`LockGuard::poll_keeper`], [`LockGuard::spawn_keeper`], [`LockHandle`] |
+//! | build an integration that owns the guard in its own future | [`acquire_with_polled_heartbeat`], [`LockGuard::poll_heartbeat`], [`LockGuard::spawn_heartbeat`], [`LockHandle`] |
 //! | run a background task on one replica at a time, elect a leader, see who leads | [`leader`]: [`leader::Election`] |
 //! | see who holds a lock | [`get_by_key`], [`get_by_id`], [`owns`] |
 //! | find the errors and log lines about a key (they name it by its hash) | [`key_hash`] |
@@ -69,6 +69,7 @@ mod acquire;
 pub mod backend;
 mod default_backend;
 mod error;
+mod far_future;
 mod fence;
 #[cfg(feature = "firestore")]
 pub mod firestore;
@@ -96,7 +97,7 @@ mod with_lock;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use acquire::{acquire, acquire_driven, try_acquire};
+pub use acquire::{acquire, acquire_with_polled_heartbeat, try_acquire};
 pub use backend::{LockBackend, LockInfo, RevealedLockInfo};
 pub use default_backend::{default_backend, set_default_backend};
 pub use error::{BoxError, ErrorCode, LockError, LostReason};

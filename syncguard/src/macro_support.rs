@@ -2,8 +2,8 @@
 //!
 //! The code `#[locked]` generates calls [`LockOptions::builder`](crate::LockOptions::builder),
 //! [`acquire`](crate::acquire), [`LockGuard::run`](crate::LockGuard::run) and
-//! [`LockGuard::release_logged`](crate::LockGuard::release_logged), as anyone can. It needs
-//! two things more, both traits with a blanket implementation: one turns a [`LockError`] into
+//! [`LockGuard::release_in_background`](crate::LockGuard::release_in_background), as anyone
+//! can. It needs two things more, both traits with a blanket implementation: one turns a [`LockError`] into
 //! the function's own error type, the other finds the backend behind the expression given as
 //! `backend = ...`; and, for `skip_if_held = true`, a third that gives a skipped run's result
 //! ([`try_acquire`](crate::try_acquire) found the lock held). They are public, and documented, so that a compile error about a misused

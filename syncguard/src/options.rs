@@ -14,7 +14,7 @@ pub enum OnLost {
     /// on after losing its lock may collide with the next owner.
     #[default]
     Cancel,
-    /// Let the work run on; it can watch [`LockGuard::lost`](crate::LockGuard::lost) itself.
+    /// Let the work run on; it can watch the guard's [`lost`](crate::LockHandle::lost) itself.
     /// Its result is still replaced by [`LockError::LockLost`]: it was not made under the lock
     /// throughout.
     Notify,

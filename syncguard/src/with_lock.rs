@@ -12,8 +12,9 @@ use crate::options::LockOptions;
 /// It returns the work's result only if the lock was held until the work finished: see
 /// [`LockGuard::run`] for what a loss does (with the default [`OnLost::Cancel`](crate::OnLost)
 /// the work is dropped at once and [`LockError::LockLost`] returned). The final release is
-/// [`LockGuard::release_logged`]: waited for up to a second, its errors logged, not returned.
-/// The work runs in the hold's `syncguard.hold` span.
+/// [`LockGuard::release_in_background`]: waited for up to a second, then left to the
+/// background, its errors logged, not returned. The work runs in the hold's `syncguard.hold`
+/// span.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {
@@ -46,6 +47,6 @@ where
 {
     let guard = acquire(backend, key, options).await?;
     let result = guard.run(work(&guard)).await;
-    guard.release_logged().await;
+    guard.release_in_background().await;
     result.unwrap_or_else(|lost| Err(lost.into()))
 }

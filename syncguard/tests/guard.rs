@@ -12,7 +12,8 @@ use syncguard::backend::{
 use syncguard::key::hash_key;
 use syncguard::{
     Backoff, ErrorCode, Jitter, LockBackend, LockError, LockGuard, LockId, LockOptions, LostReason,
-    MemoryBackend, OnLost, RetryPolicy, acquire, acquire_driven, try_acquire, with_lock,
+    MemoryBackend, OnLost, RetryPolicy, acquire, acquire_with_polled_heartbeat, try_acquire,
+    with_lock,
 };
 use tokio::time::{Instant, sleep, timeout};
 
@@ -20,12 +21,14 @@ use tokio::time::{Instant, sleep, timeout};
 mod frozen;
 
 /// A memory backend whose extends can be made to fail, whose releases can be made slow (not
-/// answered when first polled), and which counts the calls it gets.
+/// answered when first polled) or very slow (answered after 1.5 s), and which counts the calls
+/// it gets.
 #[derive(Clone, Default)]
 struct Flaky {
     inner: MemoryBackend,
     failing_extends: Arc<AtomicBool>,
     slow_releases: Arc<AtomicBool>,
+    very_slow_releases: Arc<AtomicBool>,
     calls: Arc<AtomicUsize>,
 }
 
@@ -43,9 +46,12 @@ impl LockBackend for Flaky {
         lock_id: &'a LockId,
     ) -> BoxFuture<'a, Result<ReleaseOutcome, LockError>> {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        if self.slow_releases.load(Ordering::SeqCst) {
+        let slow = self.slow_releases.load(Ordering::SeqCst);
+        let very_slow = self.very_slow_releases.load(Ordering::SeqCst);
+        if slow || very_slow {
+            let delay = Duration::from_millis(if very_slow { 1500 } else { 50 });
             return Box::pin(async move {
-                sleep(Duration::from_millis(50)).await;
+                sleep(delay).await;
                 self.inner.release(lock_id).await
             });
         }
@@ -344,7 +350,9 @@ async fn bad_keys_fail_before_any_backend_call() {
             .await
             .unwrap_err();
         assert_eq!(error.code(), ErrorCode::InvalidArgument, "{key:?}");
-        let error = acquire_driven(&backend, &key, &options).await.unwrap_err();
+        let error = acquire_with_polled_heartbeat(&backend, &key, &options)
+            .await
+            .unwrap_err();
         assert_eq!(error.code(), ErrorCode::InvalidArgument, "{key:?}");
     }
     assert_eq!(backend.calls.load(Ordering::SeqCst), 0);
@@ -561,7 +569,7 @@ async fn run_takes_on_lost_from_the_options() {
         }
         other => panic!("expected LockLost: {other:?}"),
     }
-    guard.release_logged().await;
+    guard.release_in_background().await;
 
     // Notify: the work runs to its end, and its result is still replaced by the loss.
     let notify = options(|o| o.ttl(Duration::from_millis(600)).on_lost(OnLost::Notify));
@@ -590,15 +598,67 @@ async fn run_takes_on_lost_from_the_options() {
         ),
         "{result:?}"
     );
-    guard.release_logged().await;
+    guard.release_in_background().await;
 
-    // Held throughout: the output, and `release_logged` frees the key.
+    // Held throughout: the output, and `release_in_background` frees the key.
     let guard = acquire(&backend, "run:ok", &LockOptions::default())
         .await
         .unwrap();
     assert_eq!(guard.run(async { 7 }).await.unwrap(), 7);
-    guard.release_logged().await;
+    guard.release_in_background().await;
     assert!(!backend.is_locked("run:ok").await.unwrap());
+}
+
+/// The lock on `key` held on a backend whose releases take 1.5 s from now on, and the calls
+/// the backend has had so far.
+async fn held_with_very_slow_releases(key: &str) -> (Flaky, LockGuard, usize) {
+    let backend = Flaky::default();
+    let guard = acquire(&backend, key, &LockOptions::default())
+        .await
+        .unwrap();
+    backend.very_slow_releases.store(true, Ordering::SeqCst);
+    let calls = backend.calls.load(Ordering::SeqCst);
+    (backend, guard, calls)
+}
+
+/// `release_in_background` makes its caller wait at most a second, then leaves the same
+/// release request to the background: the backend gets one release, not a second one sent
+/// when the guard is dropped.
+#[tokio::test(start_paused = true)]
+async fn release_in_background_waits_a_second_and_sends_one_release() {
+    let (backend, guard, calls) = held_with_very_slow_releases("background:1").await;
+    let started = Instant::now();
+    guard.release_in_background().await;
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(1) && waited < Duration::from_millis(1500),
+        "{waited:?}"
+    );
+    assert!(backend.is_locked("background:1").await.unwrap());
+    sleep(Duration::from_secs(1)).await;
+    assert!(!backend.is_locked("background:1").await.unwrap());
+    assert_eq!(
+        backend.calls.load(Ordering::SeqCst),
+        calls + 1,
+        "one release"
+    );
+}
+
+/// A caller that stops waiting for `release_in_background` (its future dropped, as a
+/// request's is when the client goes away) leaves the release to the background: the key is
+/// freed by the one request already sent, not left held until its ttl runs out.
+#[tokio::test(start_paused = true)]
+async fn release_in_background_goes_on_when_its_caller_stops_waiting() {
+    let (backend, guard, calls) = held_with_very_slow_releases("background:2").await;
+    let waited = timeout(Duration::from_millis(100), guard.release_in_background()).await;
+    assert!(waited.is_err(), "the caller stopped waiting");
+    sleep(Duration::from_secs(2)).await;
+    assert!(!backend.is_locked("background:2").await.unwrap());
+    assert_eq!(
+        backend.calls.load(Ordering::SeqCst),
+        calls + 1,
+        "one release"
+    );
 }
 
 #[tokio::test]
@@ -635,13 +695,13 @@ async fn the_handle_agrees_with_its_guard() {
     assert!(!handle.lost_token().is_cancelled());
 }
 
-/// Runs the keeper of a driven guard for `duration`, as an owner future does while its work
+/// Runs the heartbeat of a polled guard for `duration`, as an owner future does while its work
 /// is pending; the loss, if the lock was lost.
 async fn drive(guard: &mut LockGuard, duration: Duration) -> Option<LostReason> {
     let work = sleep(duration);
     tokio::pin!(work);
     std::future::poll_fn(|cx| {
-        if let Poll::Ready(reason) = guard.poll_keeper(cx) {
+        if let Poll::Ready(reason) = guard.poll_heartbeat(cx) {
             return Poll::Ready(Some(reason));
         }
         work.as_mut().poll(cx).map(|()| None)
@@ -656,26 +716,28 @@ fn alive_tasks() -> usize {
 }
 
 #[tokio::test]
-async fn a_driven_guard_heartbeats_in_its_owners_task() {
+async fn a_polled_heartbeat_runs_in_its_owners_task() {
     let backend = MemoryBackend::new();
     let tasks = alive_tasks();
-    let mut guard = acquire_driven(&backend, "driven:1", &ttl(Duration::from_millis(300)))
-        .await
-        .unwrap();
+    let mut guard =
+        acquire_with_polled_heartbeat(&backend, "polled:1", &ttl(Duration::from_millis(300)))
+            .await
+            .unwrap();
     // Well past the lease and the 1 s tolerance: only extends keep the key held.
     assert_eq!(drive(&mut guard, Duration::from_millis(1600)).await, None);
-    assert_eq!(alive_tasks(), tasks, "no keeper task");
-    assert!(backend.is_locked("driven:1").await.unwrap());
+    assert_eq!(alive_tasks(), tasks, "no heartbeat task");
+    assert!(backend.is_locked("polled:1").await.unwrap());
     assert!(guard.release().await.unwrap());
     assert_eq!(alive_tasks(), tasks, "no release task");
 }
 
 #[tokio::test]
-async fn a_driven_guard_reports_its_loss() {
+async fn a_polled_heartbeat_reports_the_loss() {
     let backend = Flaky::default();
-    let mut guard = acquire_driven(&backend, "driven:2", &ttl(Duration::from_millis(600)))
-        .await
-        .unwrap();
+    let mut guard =
+        acquire_with_polled_heartbeat(&backend, "polled:2", &ttl(Duration::from_millis(600)))
+            .await
+            .unwrap();
     backend.failing_extends.store(true, Ordering::SeqCst);
     let started = Instant::now();
     let lost = drive(&mut guard, Duration::from_secs(10)).await;
@@ -690,46 +752,53 @@ async fn a_driven_guard_reports_its_loss() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_spawned_keeper_keeps_the_lock_with_nobody_polling() {
+async fn a_spawned_heartbeat_keeps_the_lock_with_nobody_polling() {
     let backend = MemoryBackend::new();
     let tasks = alive_tasks();
-    let mut guard = acquire_driven(&backend, "driven:3", &ttl(Duration::from_millis(300)))
-        .await
-        .unwrap();
-    // Driven for a while (its timer armed), then handed over to a task.
+    let mut guard =
+        acquire_with_polled_heartbeat(&backend, "polled:3", &ttl(Duration::from_millis(300)))
+            .await
+            .unwrap();
+    // Polled for a while (its timer armed), then handed over to a task.
     assert_eq!(drive(&mut guard, Duration::from_millis(150)).await, None);
-    guard.spawn_keeper();
+    guard.spawn_heartbeat();
     assert_eq!(alive_tasks(), tasks + 1);
     // A second hand-over changes nothing.
-    guard.spawn_keeper();
+    guard.spawn_heartbeat();
     assert_eq!(alive_tasks(), tasks + 1);
     sleep(Duration::from_millis(1600)).await;
     assert!(!guard.is_lost(), "{:?}", guard.lost_reason());
-    assert!(backend.is_locked("driven:3").await.unwrap());
+    assert!(backend.is_locked("polled:3").await.unwrap());
     assert!(guard.release().await.unwrap());
     let deadline = Instant::now() + Duration::from_secs(5);
     while alive_tasks() > tasks {
         assert!(
             Instant::now() < deadline,
-            "the keeper task outlived its guard"
+            "the heartbeat task outlived its guard"
         );
         sleep(Duration::from_millis(10)).await;
     }
 }
 
 #[tokio::test]
-async fn driven_acquisition_waits_as_the_options_say() {
+async fn acquiring_with_a_polled_heartbeat_waits_as_the_options_say() {
     let backend = MemoryBackend::new();
     let once = options(|o| o.retry(RetryPolicy::single_attempt()));
-    let guard = acquire_driven(&backend, "now:d", &once).await.unwrap();
-    assert_eq!(guard.key(), "now:d");
-    let error = acquire_driven(&backend, "now:d", &once).await.unwrap_err();
+    let guard = acquire_with_polled_heartbeat(&backend, "now:p", &once)
+        .await
+        .unwrap();
+    assert_eq!(guard.key(), "now:p");
+    let error = acquire_with_polled_heartbeat(&backend, "now:p", &once)
+        .await
+        .unwrap_err();
     assert!(matches!(error, LockError::Contended { .. }), "{error}");
     // With a wait, it takes the key once it is released.
     let waiting = options(|o| o.retry(quick_retry()));
     let later = {
         let backend = backend.clone();
-        tokio::spawn(async move { acquire_driven(&backend, "now:d", &waiting).await })
+        tokio::spawn(
+            async move { acquire_with_polled_heartbeat(&backend, "now:p", &waiting).await },
+        )
     };
     sleep(Duration::from_millis(100)).await;
     assert!(!later.is_finished(), "waits while the key is held");
@@ -901,7 +970,7 @@ use recorder::Recorder;
 
 const HOLD: &str = "syncguard.hold";
 
-/// Lets the runtime drop what the ended holds left behind (their aborted keeper tasks hold
+/// Lets the runtime drop what the ended holds left behind (their aborted heartbeat tasks hold
 /// the span too), then checks that every hold span is closed.
 async fn hold_spans_close(recorder: &Recorder) {
     let deadline = Instant::now() + Duration::from_secs(2);

@@ -363,7 +363,7 @@ async fn spans_and_metrics_for_success_contention_expiry_and_loss() {
     assert!(spans.iter().any(|s| s.name == "syncguard.release"));
 
     // Metrics.
-    // The keeper counts its failed extend right after it records the loss, which `lost()`
+    // The heartbeat counts its failed extend right after it records the loss, which `lost()`
     // may report first: the count is waited for (briefly), not assumed.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     let metrics = loop {

@@ -8,7 +8,7 @@
 //!
 //! # Why the operations return boxed futures
 //!
-//! The core keeps every backend as an `Arc<dyn LockBackend>`: a guard and its keeper, the
+//! The core keeps every backend as an `Arc<dyn LockBackend>`: a guard and its heartbeat, the
 //! process-wide [default backend](crate::set_default_backend) that `#[locked]` falls back on,
 //! and the decorators that wrap any backend (telemetry) all hold one, so that one
 //! [`LockGuard`](crate::LockGuard) type serves every backend and a backend can be chosen at

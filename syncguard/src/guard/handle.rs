@@ -1,4 +1,4 @@
-//! The cheap read-only handle on a guard.
+//! What a held lock shows: the read-only handle on a guard, whose accessors the guard has too.
 
 use std::fmt;
 use std::sync::Arc;
@@ -12,9 +12,11 @@ use crate::fence::Fence;
 use crate::lock_id::LockId;
 use crate::lock_name::LockName;
 
-/// A cheap read-only handle on what a [`LockGuard`](crate::LockGuard) holds (key, lock id,
-/// fence, expiry) and on its loss, for code that must not own the guard: the work's own
-/// tasks, a request's extensions, an integration's context. Cloning it copies no string.
+/// What a held lock shows (key, lock id, fence, expiry) and its loss: the accessors of a
+/// [`LockGuard`](crate::LockGuard), which derefs to its handle, and a cheap read-only view for
+/// code that must not own the guard: the work's own tasks, a request's extensions (the Tower
+/// layer's `HeldLock` derefs to one too), an integration's context. Get one from
+/// [`LockGuard::handle`](crate::LockGuard::handle). Cloning it copies no string.
 ///
 /// It does not keep the lock: that stays the guard's job. Once the guard has released the
 /// lock (or was dropped), [`is_held`](Self::is_held) is `false` and no new loss is reported.
@@ -38,7 +40,7 @@ use crate::lock_name::LockName;
 /// ```
 #[derive(Clone)]
 pub struct LockHandle {
-    shared: Arc<Shared>,
+    pub(super) shared: Arc<Shared>,
 }
 
 impl LockHandle {
@@ -46,70 +48,79 @@ impl LockHandle {
         Self { shared }
     }
 
-    /// As [`LockGuard::key`](crate::LockGuard::key).
+    /// The (NFC-normalized) key of the lock.
     pub fn key(&self) -> &str {
         &self.shared.key
     }
 
-    /// As [`LockGuard::name`](crate::LockGuard::name).
+    /// How errors and logs name this lock: its key hash, and its key with
+    /// [`show_key`](crate::LockOptionsBuilder::show_key).
     pub fn name(&self) -> &LockName {
         &self.shared.name
     }
 
-    /// As [`LockGuard::lock_id`](crate::LockGuard::lock_id).
+    /// The lock id of this acquisition.
     pub fn lock_id(&self) -> &LockId {
         &self.shared.lock_id
     }
 
-    /// As [`LockGuard::fence`](crate::LockGuard::fence).
+    /// The fencing token of this acquisition: pass it to the resource the lock protects. It
+    /// only grows from one holder to the next, so a resource can refuse a stale holder.
     pub fn fence(&self) -> Fence {
         self.shared.fence
     }
 
-    /// As [`LockGuard::ttl`](crate::LockGuard::ttl).
+    /// The ttl each extend asks for.
     pub fn ttl(&self) -> Duration {
         self.shared.ttl
     }
 
-    /// As [`LockGuard::expires_at_ms`](crate::LockGuard::expires_at_ms).
+    /// The latest authoritative expiry (Unix ms of the backend's time authority).
     pub fn expires_at_ms(&self) -> u64 {
         self.shared.belief().expires_at_ms
     }
 
-    /// As [`LockGuard::held_for`](crate::LockGuard::held_for).
+    /// How long the lock has been held.
     pub fn held_for(&self) -> Duration {
         self.shared.acquired_at.elapsed()
     }
 
-    /// Whether the lock can still be relied on: its guard neither released it (or was
-    /// dropped) nor lost it. Check this, not [`is_lost`](Self::is_lost), before a side effect
-    /// made from a task that may outlive the guard.
+    /// Whether the lock can still be relied on, as of now: its guard neither released it (or
+    /// was dropped) nor lost it. Check this, not [`is_lost`](Self::is_lost), before a side
+    /// effect made from a task that may outlive the guard.
     pub fn is_held(&self) -> bool {
         self.shared.is_held()
     }
 
-    /// As [`LockGuard::is_lost`](crate::LockGuard::is_lost). After the guard released the
-    /// lock this stays `false` (a release is no loss): see [`is_held`](Self::is_held).
+    /// Whether the lock is lost, as of now: also when the lease ran out while nobody (not even
+    /// the heartbeat) looked. After the guard released the lock this stays `false` (a release
+    /// is no loss): see [`is_held`](Self::is_held).
     pub fn is_lost(&self) -> bool {
         self.shared.loss().is_some()
     }
 
-    /// As [`LockGuard::lost_reason`](crate::LockGuard::lost_reason).
+    /// Why the lock is lost, as of now; `None` while it is held, and after a release.
     pub fn lost_reason(&self) -> Option<LostReason> {
         self.shared.loss()
     }
 
-    /// As [`LockGuard::lost`](crate::LockGuard::lost); never completes after a release.
+    /// Completes when the lock is lost, with the reason (at once if it already is, or if the
+    /// lease has run out); never completes while it is held, nor after a release.
     pub async fn lost(&self) -> LostReason {
         self.shared.lost().await
     }
 
-    /// As [`LockGuard::lost_token`](crate::LockGuard::lost_token).
+    /// A token that is cancelled when the lock is lost, for work that already listens to a
+    /// [`CancellationToken`]. It is not cancelled by a release. A token asked for after the
+    /// lease ran out is already cancelled; one asked for earlier is cancelled by the
+    /// heartbeat at the deadline (late if the heartbeat's thread is blocked: check
+    /// [`is_lost`](Self::is_lost) after a blocking section).
     pub fn lost_token(&self) -> CancellationToken {
         self.shared.lost_token().clone()
     }
 
-    /// As [`LockGuard::span`](crate::LockGuard::span).
+    /// The hold's `syncguard.hold` span, to run code of the hold in it (for example tasks the
+    /// work spawns: `task.instrument(lock.span().clone())`).
     pub fn span(&self) -> &tracing::Span {
         &self.shared.span
     }

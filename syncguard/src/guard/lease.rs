@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::far_future::later;
 use crate::time::now_ms;
 
 /// Converts the backend's authoritative expiry into a local instant.
@@ -131,14 +132,6 @@ pub(super) fn whole_millis(duration: Duration) -> Duration {
 /// `duration` as a count of whole milliseconds, saturating.
 pub(super) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// `at + by`, saturating about a century ahead instead of overflowing.
-pub(super) fn later(at: Instant, by: Duration) -> Instant {
-    const FAR: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
-    at.checked_add(by.min(FAR))
-        .or_else(|| at.checked_add(FAR))
-        .unwrap_or(at)
 }
 
 fn signed(ms: u64) -> i64 {

@@ -1,19 +1,13 @@
-//! Running work under a guard, and the release at the end of it.
+//! Running work under a guard.
 
 use std::future::Future;
 use std::task::Poll;
-use std::time::Duration;
 
 use tracing::Instrument as _;
 
 use super::LockGuard;
 use crate::error::{LockError, LostReason};
 use crate::options::OnLost;
-
-/// How long the release at the end of the work is waited for before it is left to the
-/// background: the caller should learn the outcome of its work promptly even when the
-/// backend is slow or unreachable.
-const FINAL_RELEASE_WAIT: Duration = Duration::from_secs(1);
 
 impl LockGuard {
     /// Runs `work` under this lock, in the hold's span, and says whether it stayed under the
@@ -24,10 +18,10 @@ impl LockGuard {
     /// [`LockError::LockLost`], and the lease is checked against the clock before every poll
     /// of `work`: after a stall (a frozen runtime, a blocked thread) the work takes no further
     /// step once its lease has run out, whatever the runtime wakes first. With
-    /// [`OnLost::Notify`] the work runs on (it can watch [`lost`](Self::lost)). Either way, work that finishes when the lock is lost (its lease
+    /// [`OnLost::Notify`] the work runs on (it can watch [`lost`](crate::LockHandle::lost)). Either way, work that finishes when the lock is lost (its lease
     /// ran out while it ran, even unnoticed because its thread was blocked) gets
     /// `LockLost`, not its output: its side effects were not exclusive throughout, and the
-    /// [fence](Self::fence) is what lets a resource refuse them.
+    /// [fence](crate::LockHandle::fence) is what lets a resource refuse them.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {
@@ -36,7 +30,7 @@ impl LockGuard {
     /// let backend = MemoryBackend::new();
     /// let guard = syncguard::acquire(&backend, "export:7", &LockOptions::default()).await?;
     /// let rows = guard.run(async { 42 }).await?;
-    /// guard.release_logged().await;
+    /// guard.release_in_background().await;
     /// assert_eq!(rows, 42);
     /// # Ok(()) }
     /// ```
@@ -44,8 +38,8 @@ impl LockGuard {
     /// # Errors
     /// [`LockError::LockLost`] when the lock was lost before `work` finished.
     pub async fn run<F: Future>(&self, work: F) -> Result<F::Output, LockError> {
-        let work = work.instrument(self.shared.span.clone());
-        let output = match self.shared.on_lost {
+        let work = work.instrument(self.shared().span.clone());
+        let output = match self.shared().on_lost {
             OnLost::Notify => work.await,
             OnLost::Cancel => {
                 let lost = self.lost();
@@ -55,7 +49,7 @@ impl LockGuard {
                     // from whichever timer or task the runtime happens to run first: after a
                     // stall (a frozen runtime, a blocked thread) the work must not take one
                     // more step once the lease has run out.
-                    if let Some(reason) = self.shared.loss() {
+                    if let Some(reason) = self.shared().loss() {
                         return Poll::Ready(Err(reason));
                     }
                     if let Poll::Ready(reason) = lost.as_mut().poll(cx) {
@@ -77,32 +71,10 @@ impl LockGuard {
         }
     }
 
-    /// Releases the lock at the end of the work, logging failures instead of returning them
-    /// (the work's result matters more, and the lock expires at the end of its ttl anyway).
-    /// The release is waited for up to a second, then left to the background; a lost lock is
-    /// not waited for at all (one the backend disowned needs no release, any other is released
-    /// in the background).
-    pub async fn release_logged(self) {
-        if self.is_lost() {
-            return;
-        }
-        let name = self.name().clone();
-        let fence = self.fence();
-        match tokio::time::timeout(FINAL_RELEASE_WAIT, self.release()).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(error)) => {
-                tracing::warn!(%error, lock = %name, %fence, "syncguard release failed; the lock will expire at the end of its ttl");
-            }
-            Err(_elapsed) => {
-                tracing::debug!(lock = %name, %fence, "syncguard release still unanswered; it goes on in the background");
-            }
-        }
-    }
-
     /// The error for work whose lock was lost.
     pub(crate) fn lost_error(&self, reason: LostReason) -> LockError {
         LockError::LockLost {
-            lock: self.shared.name.clone(),
+            lock: self.shared().name.clone(),
             reason,
         }
     }

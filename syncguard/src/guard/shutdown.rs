@@ -13,10 +13,10 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, timeout_at};
 
-use super::lease::later;
 use super::state::Shared;
 use crate::backend::{LockBackend, ReleaseOutcome};
 use crate::error::LostReason;
+use crate::far_future::later;
 
 struct Held {
     backend: Arc<dyn LockBackend>,
@@ -122,7 +122,7 @@ pub async fn shutdown(timeout: Duration) -> ShutdownReport {
         shared.end_by_shutdown();
         let key_hash = shared.name.to_string();
         let task = releases.spawn(async move {
-            let outcome = super::let_go::let_go(backend.as_ref(), &shared).await;
+            let outcome = shared.let_go(backend.as_ref()).await;
             (shared, outcome)
         });
         names.insert(task.id(), key_hash);

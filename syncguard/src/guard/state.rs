@@ -1,4 +1,4 @@
-//! What a guard, its views and its keeper share: the lease as the guard believes it, one
+//! What a guard, its handles and its heartbeat share: the lease as the guard believes it, one
 //! extend at a time, and the loss.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,10 +9,11 @@ use tokio::sync::Notify;
 use tokio::time::{Instant, timeout_at};
 use tokio_util::sync::CancellationToken;
 
-use super::lease::{Belief, LeaseClock, later, millis, whole_millis};
+use super::lease::{Belief, LeaseClock, millis, whole_millis};
 use crate::backend::LockObserver;
 use crate::backend::{ExtendOutcome, LockBackend, ReleaseOutcome};
 use crate::error::{LockError, LostReason};
+use crate::far_future::later;
 use crate::fence::Fence;
 use crate::lock_id::LockId;
 use crate::lock_name::LockName;
@@ -189,7 +190,7 @@ impl Shared {
 
     /// Why the lock is lost, if it is, as of now: a loss already recorded, or a deadline that
     /// has passed (recorded here, whoever asks first). Never `None` for a lease that may have
-    /// run out, whether or not the keeper has run since.
+    /// run out, whether or not the heartbeat has run since.
     pub(crate) fn loss(&self) -> Option<LostReason> {
         if let Some(reason) = self.lost_reason.get() {
             // Whoever sees the loss sees the token cancelled, even while the thread that
@@ -349,6 +350,26 @@ impl Shared {
             return Extension::Lost;
         }
         extension
+    }
+
+    /// Lets the lock go: released, or, before its `min_hold` is over, left to expire then: its
+    /// expiry set to the end of the minimum hold on the backend's clock (which the caller
+    /// counts as a release). A fixed time, not a ttl: a request that lands late (held up in a
+    /// partition) can never keep the lock past it.
+    pub(super) async fn let_go(
+        &self,
+        backend: &dyn LockBackend,
+    ) -> Result<ReleaseOutcome, LockError> {
+        let keeps = self
+            .keep_until
+            .is_some_and(|until| until.saturating_duration_since(Instant::now()).as_millis() >= 1);
+        let (true, Some(until_ms)) = (keeps, self.keep_until_ms) else {
+            return backend.release(&self.lock_id).await;
+        };
+        Ok(match backend.expire_at(&self.lock_id, until_ms).await? {
+            ExtendOutcome::Extended { .. } => ReleaseOutcome::Released,
+            ExtendOutcome::NotHeld(reason) => ReleaseOutcome::NotHeld(reason),
+        })
     }
 
     pub(super) fn report_heartbeat(&self, ok: bool) {

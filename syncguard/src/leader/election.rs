@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 use crate::acquire::{acquire_as, share};
 use crate::backend::LockBackend;
 use crate::error::LockError;
+use crate::far_future::FAR_FUTURE;
 use crate::key::normalize_key;
 use crate::lock_id::LockId;
 use crate::options::{LockOptions, OnLost};
@@ -34,9 +35,6 @@ pub const DEFAULT_LEADER_TTL: Duration = Duration::from_secs(15);
 /// # Ok::<(), syncguard::LockError>(())
 /// ```
 pub const KEY_PREFIX: &str = "leader:";
-
-/// "For ever" for a campaign: far enough to never come, near enough for every clock.
-const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
 
 /// Leader election among the processes that share a backend: one candidate at a time leads an
 /// election, identified by its name.
@@ -375,7 +373,7 @@ impl ElectionBuilder {
         }
         let ttl = self.ttl;
         let retry = self.retry.unwrap_or_else(|| {
-            RetryPolicy::wait_for(FOREVER)
+            RetryPolicy::wait_for(FAR_FUTURE)
                 .with_backoff(Backoff::Fixed)
                 .with_base_delay(ttl / 4)
         });

@@ -107,11 +107,11 @@ impl Election {
             };
             match outcome {
                 None => {
-                    leadership.guard.release_logged().await;
+                    leadership.guard.release_in_background().await;
                     return Ok(None);
                 }
                 Some(Ok(output)) => {
-                    leadership.guard.release_logged().await;
+                    leadership.guard.release_in_background().await;
                     return Ok(Some(output));
                 }
                 Some(Err(lost)) => {

@@ -209,7 +209,7 @@ impl Worker {
                 actions,
                 lost: guard.lost_reason(),
             });
-            guard.release_logged().await;
+            guard.release_in_background().await;
         }
     }
 }

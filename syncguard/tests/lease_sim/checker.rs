@@ -36,7 +36,7 @@ pub(crate) const WITH_LOCK_OK: &str =
     "with_lock returns Ok only for work that finished while the server held the lock live";
 const NO_SPIN: &str = "no caller busy-loops on the backend (1000 calls at one virtual instant)";
 pub(crate) const OPTIONS_CHECKED: &str = "the options builder refuses a ttl (with InvalidArgument) exactly when it is outside 1 ms..=365 d";
-pub(crate) const NO_PANIC: &str = "nothing panics (the guard's keeper task included)";
+pub(crate) const NO_PANIC: &str = "nothing panics (the guard's heartbeat task included)";
 pub(crate) const ENDS: &str = "every schedule ends";
 
 /// What a schedule's checks share: the server's truth, the guards alive, and what each

@@ -15,7 +15,7 @@
 //! Also checked: the loss is reported consistently (`lost_reason` agrees with `is_lost`, the
 //! loss token fires only after a loss, a loss and its reason are final), at most one guard per
 //! key reports its lock held, fences match the server's and only grow, nothing panics (the
-//! keeper task included), no caller busy-loops on the backend, and every schedule ends.
+//! heartbeat task included), no caller busy-loops on the backend, and every schedule ends.
 //!
 //! Every schedule comes from a seed. A failure prints the seeds, the broken invariants and the
 //! event log (its first and last lines) of one failing schedule per invariant. Replay one

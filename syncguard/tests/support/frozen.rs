@@ -141,7 +141,7 @@ where
         }
     };
     let outcome = guard.run(work).await;
-    guard.release_logged().await;
+    guard.release_in_background().await;
     freezer.await.unwrap();
     let steps = steps.lock().unwrap().clone();
     let frozen_until = frozen_until

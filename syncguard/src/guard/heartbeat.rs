@@ -1,5 +1,5 @@
-//! The keeper: extends the lock on schedule (when the heartbeat is on) and records its loss
-//! when an extend says it is gone or its lease runs out.
+//! The heartbeat: extends the lock on schedule (unless the options turn extends off) and
+//! records its loss when an extend says it is gone or its lease runs out.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -9,14 +9,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument as _;
 
-use super::lease::later;
 use super::state::{Extension, Shared};
 use crate::backend::LockBackend;
+use crate::far_future::later;
 
 /// Extends shorter than this are not worth a round trip: the hold cap is as good as reached.
 const SHORTEST_EXTEND: Duration = Duration::from_millis(1);
 
-/// What the keeper does next.
+/// What the heartbeat does next.
 enum Step {
     /// Sleep until then (or until the deadline moves, or the lock is lost).
     WaitUntil(Instant),
@@ -24,18 +24,22 @@ enum Step {
     Extend(Duration, bool),
 }
 
-/// The keeper of `shared`, boxed, running in the hold's span.
-pub(super) fn keeping(
+/// The heartbeat of a guard, run by a task or by the guard's owner.
+pub(super) type Beating = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The heartbeat of `shared`, boxed, running in the hold's span. Without `extends` it only
+/// records the loss when the lease runs out.
+pub(super) fn beating(
     shared: &Arc<Shared>,
     backend: &Arc<dyn LockBackend>,
-    heartbeat: bool,
-) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    extends: bool,
+) -> Beating {
     let span = shared.span.clone();
-    Box::pin(keep(Arc::clone(shared), Arc::clone(backend), heartbeat).instrument(span))
+    Box::pin(beat(Arc::clone(shared), Arc::clone(backend), extends).instrument(span))
 }
 
 /// Runs until the lock is lost (then it has recorded why). Dropping it stops the heartbeat.
-async fn keep(shared: Arc<Shared>, backend: Arc<dyn LockBackend>, heartbeat: bool) {
+async fn beat(shared: Arc<Shared>, backend: Arc<dyn LockBackend>, extends: bool) {
     // After a failed extend, try again this often while the lease lasts.
     let retry_every = (shared.ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
     let mut not_before: Option<Instant> = None;
@@ -47,7 +51,7 @@ async fn keep(shared: Arc<Shared>, backend: Arc<dyn LockBackend>, heartbeat: boo
         if shared.loss().is_some() {
             return;
         }
-        match next_step(&shared, heartbeat, not_before) {
+        match next_step(&shared, extends, not_before) {
             Step::WaitUntil(at) => {
                 tokio::select! {
                     () = tokio::time::sleep_until(at) => {}
@@ -80,9 +84,9 @@ async fn keep(shared: Arc<Shared>, backend: Arc<dyn LockBackend>, heartbeat: boo
     }
 }
 
-fn next_step(shared: &Shared, heartbeat: bool, not_before: Option<Instant>) -> Step {
+fn next_step(shared: &Shared, extends: bool, not_before: Option<Instant>) -> Step {
     let belief = shared.belief();
-    if !heartbeat || belief.reaches_cap {
+    if !extends || belief.reaches_cap {
         return Step::WaitUntil(belief.deadline);
     }
     let ttl = shared.ttl;

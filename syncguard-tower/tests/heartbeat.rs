@@ -111,7 +111,7 @@ async fn a_streaming_body_keeps_its_lock_while_a_slow_client_reads() {
     while alive_tasks() > tasks {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "the keeper task outlived the body"
+            "the heartbeat task outlived the body"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
