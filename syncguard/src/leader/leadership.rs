@@ -4,9 +4,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use tokio_util::sync::CancellationToken;
-
-use crate::error::{LockError, LostReason};
+use crate::error::LockError;
 use crate::fence::Fence;
 use crate::guard::{LockGuard, LockHandle};
 
@@ -19,11 +17,12 @@ use crate::guard::{LockGuard, LockHandle};
 ///   its lock deleted behind its back) is refused.
 /// - **Loss** is that of a [`LockGuard`]: signalled when an extend answers that the lock is
 ///   no longer held, or when the lease runs out without a successful extend (so before the
-///   store lets another candidate in). [`lost`](Self::lost) (await),
-///   [`is_lost`](Self::is_lost), [`lost_reason`](Self::lost_reason) and
-///   [`lost_token`](Self::lost_token) tell it; [`run`](Self::run) cancels the work with the
-///   election's default [`OnLost::Cancel`](crate::OnLost::Cancel). A loss is final: campaign
-///   again.
+///   store lets another candidate in). A leadership derefs to the lock's [`LockHandle`], whose
+///   [`lost`](LockHandle::lost) (await), [`is_lost`](LockHandle::is_lost),
+///   [`lost_reason`](LockHandle::lost_reason) and [`lost_token`](LockHandle::lost_token) tell
+///   it (as do its key, expiry and span); `LockHandle::clone(&leadership)` gives one to the
+///   leader's own tasks. [`run`](Self::run) cancels the work with the election's default
+///   [`OnLost::Cancel`](crate::OnLost::Cancel). A loss is final: campaign again.
 /// - **Resigning.** [`resign`](Self::resign) releases the lock, and the next candidate, woken
 ///   by the release, leads at once. Dropping the leadership resigns too, **in the
 ///   background** (see [`LockGuard`]'s release on drop).
@@ -39,13 +38,29 @@ use crate::guard::{LockGuard, LockHandle};
 /// let term = leadership.term(); // hand it to what the leader writes to
 /// let compacted = leadership.run(async { 3 }).await?; // cancelled if leadership is lost
 /// assert_eq!(compacted, 3);
+///
+/// // The lock's handle, for the leader's own tasks: check it before each side effect.
+/// let handle = syncguard::LockHandle::clone(&leadership);
+/// let task = tokio::spawn(async move { handle.is_held().then(|| handle.fence()) });
+/// assert_eq!(task.await.unwrap(), Some(term));
+/// let deposed = leadership.lost_token(); // cancelled if leadership is lost, not on resign
+/// assert!(!deposed.is_cancelled());
 /// assert!(leadership.resign().await?);
-/// # let _ = term; Ok(()) }
+/// # Ok(()) }
 /// ```
 #[must_use = "dropping a Leadership resigns (in the background) at once"]
 pub struct Leadership {
     pub(super) guard: LockGuard,
     identity: Arc<str>,
+}
+
+/// A leadership has the accessors of its lock's [`LockHandle`] (term as its fence, the loss).
+impl std::ops::Deref for Leadership {
+    type Target = LockHandle;
+
+    fn deref(&self) -> &LockHandle {
+        &self.guard
+    }
 }
 
 impl Leadership {
@@ -61,87 +76,6 @@ impl Leadership {
     /// The identity observers see for this leader.
     pub fn identity(&self) -> &str {
         &self.identity
-    }
-
-    /// Whether leadership is lost, as of now (also when the lease ran out while nobody
-    /// looked).
-    pub fn is_lost(&self) -> bool {
-        self.guard.is_lost()
-    }
-
-    /// Why leadership is lost, as of now; `None` while this candidate leads.
-    pub fn lost_reason(&self) -> Option<LostReason> {
-        self.guard.lost_reason()
-    }
-
-    /// Completes when leadership is lost, with the reason (at once if it is); never while
-    /// this candidate leads.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {
-    /// use std::time::Duration;
-    /// use syncguard::MemoryBackend;
-    /// use syncguard::leader::Election;
-    ///
-    /// let backend = MemoryBackend::new();
-    /// let leadership = Election::new(&backend, "cron")?.campaign().await?;
-    /// tokio::select! {
-    ///     reason = leadership.lost() => println!("deposed: {reason}"),
-    ///     () = tokio::time::sleep(Duration::from_millis(10)) => {} // still leading
-    /// }
-    /// # leadership.resign().await?; Ok(()) }
-    /// ```
-    pub async fn lost(&self) -> LostReason {
-        self.guard.lost().await
-    }
-
-    /// A token cancelled when leadership is lost (not when it is resigned), for work that
-    /// already listens to a [`CancellationToken`].
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {
-    /// use syncguard::MemoryBackend;
-    /// use syncguard::leader::Election;
-    ///
-    /// let backend = MemoryBackend::new();
-    /// let leadership = Election::new(&backend, "consumer")?.campaign().await?;
-    /// let deposed = leadership.lost_token();
-    /// let consumer = tokio::spawn(async move {
-    ///     tokio::select! {
-    ///         () = deposed.cancelled() => "deposed",
-    ///         () = tokio::task::yield_now() => "consumed a batch",
-    ///     }
-    /// });
-    /// assert_eq!(consumer.await.unwrap(), "consumed a batch");
-    /// # leadership.resign().await?; Ok(()) }
-    /// ```
-    pub fn lost_token(&self) -> CancellationToken {
-        self.guard.lost_token()
-    }
-
-    /// A cheap read-only handle on the leader's lock (term as its fence, loss), for the
-    /// leader's own tasks: check [`LockHandle::is_held`] before each of their side effects.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {
-    /// use syncguard::MemoryBackend;
-    /// use syncguard::leader::Election;
-    ///
-    /// let backend = MemoryBackend::new();
-    /// let leadership = Election::new(&backend, "indexer")?.campaign().await?;
-    /// let handle = leadership.handle();
-    /// let task = tokio::spawn(async move { handle.is_held().then(|| handle.fence()) });
-    /// assert_eq!(task.await.unwrap(), Some(leadership.term()));
-    /// # leadership.resign().await?; Ok(()) }
-    /// ```
-    pub fn handle(&self) -> LockHandle {
-        self.guard.handle()
-    }
-
-    /// The leader's lock, for what the leadership does not show (its expiry, its
-    /// `syncguard.hold` span).
-    pub fn guard(&self) -> &LockGuard {
-        &self.guard
     }
 
     /// Runs `work` while leading: as [`LockGuard::run`], with the election's

@@ -50,7 +50,7 @@ impl Term {
                 actions: Vec::new(),
                 lost: None,
             },
-            handle: leadership.handle(),
+            handle: syncguard::LockHandle::clone(leadership),
             history: Arc::clone(history),
         }
     }
