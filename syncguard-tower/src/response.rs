@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use http::{Response, StatusCode};
-use syncguard::{LockError, LostReason};
+use syncguard::{ErrorCode, LockError, LostReason};
 
 use crate::body::LockBody;
 use crate::config::Config;
@@ -51,7 +51,7 @@ impl Rejection {
                 ),
             };
         }
-        if matches!(error, LockError::InvalidArgument { .. }) {
+        if error.code() == ErrorCode::InvalidArgument {
             tracing::debug!(%error, lock = %config.lock_name(key), "syncguard_tower: invalid lock key");
             return Self::InvalidKey;
         }

@@ -38,9 +38,12 @@ use crate::time::{TIME_TOLERANCE_MS, now_ms};
 /// ```
 ///
 /// # Errors
-/// [`LockError::InvalidArgument`] for a bad key (before any I/O); [`LockError::Contended`] when
-/// the key is held and the policy allows no wait; [`LockError::AcquisitionTimeout`] when it
-/// stayed held past the policy's wait; backend errors as they come (they are not retried).
+/// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for a bad key (before
+/// any I/O); [`ErrorCode::Contended`](crate::ErrorCode::Contended) when the key is held and
+/// the policy allows no wait;
+/// [`ErrorCode::AcquisitionTimeout`](crate::ErrorCode::AcquisitionTimeout) when it stayed held
+/// past the policy's wait (both with the holder's expiry,
+/// [`LockError::holder_expires_at_ms`]); backend errors as they come (they are not retried).
 pub async fn acquire<B>(
     backend: &B,
     key: &str,
@@ -72,8 +75,8 @@ where
 /// ```
 ///
 /// # Errors
-/// [`LockError::InvalidArgument`] for a bad key (before any I/O); backend errors as they
-/// come. Contention is not an error.
+/// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for a bad key (before
+/// any I/O); backend errors as they come. Contention is not an error.
 pub async fn try_acquire<B>(
     backend: &B,
     key: &str,
@@ -195,6 +198,9 @@ struct Acquisition<'o> {
     /// When the acquisition began: the start of the wait.
     began: Instant,
     made: u32,
+    /// The holder's expiry as the last refusal (or the release queue) reported it: for the
+    /// error, if the lock stays held.
+    holder_expires_at_ms: Option<u64>,
 }
 
 impl<'o> Acquisition<'o> {
@@ -212,6 +218,7 @@ impl<'o> Acquisition<'o> {
             holder: None,
             began: Instant::now(),
             made: 0,
+            holder_expires_at_ms: None,
         })
     }
 
@@ -234,7 +241,10 @@ impl<'o> Acquisition<'o> {
                 }
                 Ok(Attempt::Taken(lease, sent))
             }
-            Ok(AcquireOutcome::Contended(contention)) => Ok(Attempt::Refused(contention)),
+            Ok(AcquireOutcome::Contended(contention)) => {
+                self.holder_expires_at_ms = contention.holder_expires_at_ms;
+                Ok(Attempt::Refused(contention))
+            }
             Err(error) => Err(self.gave_up(error)),
         }
     }
@@ -327,6 +337,10 @@ impl<'o> Acquisition<'o> {
                 wake = woken => match wake {
                     Wake::Wait { holder_expires_at_ms } => {
                         attempt_now = false;
+                        // A newer holder than the last refusal's, when known.
+                        if holder_expires_at_ms.is_some() {
+                            self.holder_expires_at_ms = holder_expires_at_ms;
+                        }
                         holder_ends = holder_expires_at_ms.map(lease_over_at);
                         // First in line behind a lock that was just taken: a poll that fell
                         // due while waiting for the turn would only be refused, so the
@@ -357,18 +371,20 @@ impl<'o> Acquisition<'o> {
         }
     }
 
-    /// The error for a key that stayed held, reported: [`LockError::Contended`] after a
-    /// single attempt, [`LockError::AcquisitionTimeout`] after a wait.
+    /// The error for a key that stayed held, reported: [`ErrorCode::Contended`] after a
+    /// single attempt, [`ErrorCode::AcquisitionTimeout`] after a wait, with the holder's
+    /// expiry as the last refusal reported it.
     fn contended(&self) -> LockError {
         let lock = LockName::new(&self.key, self.options.show_key());
         let error = if self.made <= 1 {
-            LockError::Contended { lock }
+            LockError::contended(lock, self.holder_expires_at_ms)
         } else {
-            LockError::AcquisitionTimeout {
+            LockError::acquisition_timeout(
                 lock,
-                attempts: self.made,
-                elapsed: self.began.elapsed(),
-            }
+                self.made,
+                self.began.elapsed(),
+                self.holder_expires_at_ms,
+            )
         };
         self.gave_up(error)
     }
@@ -395,9 +411,10 @@ impl<'o> Acquisition<'o> {
             expires_at_ms: lease.expires_at_ms,
             sent_at: sent.instant,
             sent_wall_ms: sent.wall_ms,
+            heartbeat: options.heartbeat(),
             observer: self.observer,
         };
         let driven = matches!(keeping, Keeping::Driven);
-        LockGuard::start(self.backend, start, options.heartbeat(), driven)
+        LockGuard::start(self.backend, start, driven)
     }
 }

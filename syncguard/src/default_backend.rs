@@ -21,7 +21,8 @@ static DEFAULT_BACKEND: OnceLock<Arc<dyn LockBackend>> = OnceLock::new();
 /// ```
 ///
 /// # Errors
-/// [`LockError::InvalidArgument`] if a default backend was already set; the first one stays.
+/// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) if a default backend was
+/// already set; the first one stays.
 pub fn set_default_backend<B: LockBackend + 'static>(backend: B) -> Result<(), LockError> {
     DEFAULT_BACKEND.set(Arc::new(backend)).map_err(|_| {
         LockError::invalid_argument(
@@ -33,10 +34,11 @@ pub fn set_default_backend<B: LockBackend + 'static>(backend: B) -> Result<(), L
 /// The process-wide default backend.
 ///
 /// # Errors
-/// [`LockError::NoDefaultBackend`] if [`set_default_backend`] was not called.
+/// [`ErrorCode::NoDefaultBackend`](crate::ErrorCode::NoDefaultBackend) if [`set_default_backend`]
+/// was not called.
 pub fn default_backend() -> Result<Arc<dyn LockBackend>, LockError> {
     DEFAULT_BACKEND
         .get()
         .cloned()
-        .ok_or(LockError::NoDefaultBackend)
+        .ok_or_else(LockError::no_default_backend)
 }

@@ -5,7 +5,7 @@ use std::str::FromStr;
 
 use crate::error::LockError;
 
-/// Fences above this value are refused with [`LockError::Internal`].
+/// Fences above this value are refused with [`ErrorCode::Internal`](crate::ErrorCode::Internal).
 pub const FENCE_MAX: u64 = 900_000_000_000_000;
 /// Fences above this value are accepted with a logged warning, an early signal to rotate keys.
 pub const FENCE_WARN: u64 = 90_000_000_000_000;
@@ -45,8 +45,8 @@ impl Fence {
     /// Checks a counter value read from a backend.
     ///
     /// # Errors
-    /// [`LockError::Internal`] for 0 (counters start at 1) or for a value above [`FENCE_MAX`].
-    /// Above [`FENCE_WARN`] a warning is logged.
+    /// [`ErrorCode::Internal`](crate::ErrorCode::Internal) for 0 (counters start at 1) or for a
+    /// value above [`FENCE_MAX`]. Above [`FENCE_WARN`] a warning is logged.
     pub fn new(value: u64) -> Result<Self, LockError> {
         if value == 0 {
             return Err(LockError::internal(

@@ -34,7 +34,8 @@ impl From<LockInfo> for LockInfoRaw {
 /// The live lock on `key`, sanitized; `None` if the key is free or its lock expired.
 ///
 /// # Errors
-/// [`LockError::InvalidArgument`] for an invalid key; backend errors as they come.
+/// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for an invalid key; backend
+/// errors as they come.
 pub async fn get_by_key<B: LockBackend + ?Sized>(
     backend: &B,
     key: &str,

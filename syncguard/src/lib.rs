@@ -98,7 +98,7 @@ pub mod conformance;
 pub use acquire::{acquire, acquire_driven, try_acquire};
 pub use backend::{LockBackend, LockInfo};
 pub use default_backend::{default_backend, set_default_backend};
-pub use error::{BoxError, ErrorCode, LockError, LostReason};
+pub use error::{BoxError, ErrorCode, LockError, LostReason, Result};
 pub use fence::{FENCE_MAX, FENCE_WARN, Fence};
 pub use guard::shutdown::{ShutdownReport, shutdown};
 pub use guard::{LockGuard, LockHandle};

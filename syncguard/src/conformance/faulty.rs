@@ -82,7 +82,8 @@ impl FaultyBackend {
         }
     }
 
-    /// While `failing`, every call fails with [`LockError::ServiceUnavailable`] before it
+    /// While `failing`, every call fails with
+    /// [`ErrorCode::ServiceUnavailable`](crate::ErrorCode::ServiceUnavailable) before it
     /// reaches the store (so it changes nothing).
     pub fn fail(&self, failing: bool) {
         self.state.failing.store(failing, Ordering::SeqCst);
