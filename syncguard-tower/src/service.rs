@@ -130,7 +130,7 @@ fn acquire(key: String, config: Arc<Config>) -> AcquireFuture {
     Box::pin(async move {
         match syncguard::acquire_driven(&config.backend, &key, &config.options).await {
             Ok(guard) => Ok(guard),
-            Err(error) => Err(Rejection::from_acquire_error(error, &key, &config).await),
+            Err(error) => Err(Rejection::from_acquire_error(&error, &key, &config)),
         }
     })
 }

@@ -332,8 +332,8 @@ pub async fn one_key_at_a_time_over_http<B: LockBackend + 'static>(backend: B) {
 /// `Retry-After` from the holds the layer has seen, not the holder's lease: under the default
 /// 30 s ttl (renewed by the heartbeat), a 1.5 s handler made the layer answer 31. A contender
 /// 300 ms into a hold is told 5 s (the default bound) before any hold has ended, then at most
-/// 2 s (what is likely left of a 1.5 s hold), and a client that waits that long gets in. The
-/// holder's start and lease come from the backend's lookup.
+/// 2 s (the 1.5 s mean hold, rounded up), and a client that waits that long gets in. The
+/// holder's lease comes with the backend's refusal (no lookup).
 pub async fn retry_after_follows_the_holds_over_http<B: LockBackend + 'static>(backend: B) {
     use axum::Router;
     use axum::body::Body;
