@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::{
     AcquireOutcome, Contention, Lease, LockBackend, LockObserver, ReleaseWatch, Wake,
 };
-use crate::error::LockError;
+use crate::error::{LockError, Result};
 use crate::guard::{LockGuard, SentAt, Start};
 use crate::key::normalize_key;
 use crate::lock_name::LockName;
@@ -24,7 +24,7 @@ use crate::time::{TIME_TOLERANCE_MS, now_ms};
 /// Must be called within a tokio runtime.
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> syncguard::Result<()> {
 /// use syncguard::{LockOptions, MemoryBackend, RetryPolicy};
 ///
 /// let backend = MemoryBackend::new();
@@ -44,11 +44,7 @@ use crate::time::{TIME_TOLERANCE_MS, now_ms};
 /// [`ErrorCode::AcquisitionTimeout`](crate::ErrorCode::AcquisitionTimeout) when it stayed held
 /// past the policy's wait (both with the holder's expiry,
 /// [`LockError::holder_expires_at_ms`]); backend errors as they come (they are not retried).
-pub async fn acquire<B>(
-    backend: &B,
-    key: &str,
-    options: &LockOptions,
-) -> Result<LockGuard, LockError>
+pub async fn acquire<B>(backend: &B, key: &str, options: &LockOptions) -> Result<LockGuard>
 where
     B: LockBackend + Clone + 'static,
 {
@@ -63,7 +59,7 @@ where
 /// Must be called within a tokio runtime.
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> syncguard::Result<()> {
 /// use syncguard::{LockOptions, MemoryBackend};
 ///
 /// let backend = MemoryBackend::new();
@@ -81,7 +77,7 @@ pub async fn try_acquire<B>(
     backend: &B,
     key: &str,
     options: &LockOptions,
-) -> Result<Option<LockGuard>, LockError>
+) -> Result<Option<LockGuard>>
 where
     B: LockBackend + Clone + 'static,
 {
@@ -96,7 +92,7 @@ where
 /// [`LockGuard::spawn_keeper`]. Holding a lock then costs no task of its own.
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> syncguard::Result<()> {
 /// use syncguard::{LockOptions, MemoryBackend};
 ///
 /// let backend = MemoryBackend::new();
@@ -109,11 +105,7 @@ where
 ///
 /// # Errors
 /// As [`acquire`].
-pub async fn acquire_driven<B>(
-    backend: &B,
-    key: &str,
-    options: &LockOptions,
-) -> Result<LockGuard, LockError>
+pub async fn acquire_driven<B>(backend: &B, key: &str, options: &LockOptions) -> Result<LockGuard>
 where
     B: LockBackend + Clone + 'static,
 {
@@ -133,7 +125,7 @@ pub(crate) async fn acquire_as(
     holder: &str,
     options: &LockOptions,
     stop: Option<&CancellationToken>,
-) -> Result<Option<LockGuard>, LockError> {
+) -> Result<Option<LockGuard>> {
     let mut acquisition = Acquisition::new(backend, key, options)?;
     acquisition.holder = Some(holder.to_owned());
     acquisition.wait_until(Keeping::Task, stop).await
@@ -204,11 +196,7 @@ struct Acquisition<'o> {
 }
 
 impl<'o> Acquisition<'o> {
-    fn new(
-        backend: Arc<dyn LockBackend>,
-        key: &str,
-        options: &'o LockOptions,
-    ) -> Result<Self, LockError> {
+    fn new(backend: Arc<dyn LockBackend>, key: &str, options: &'o LockOptions) -> Result<Self> {
         let key = normalize_key(key)?.into_owned();
         Ok(Self {
             observer: backend.observer(),
@@ -223,7 +211,7 @@ impl<'o> Acquisition<'o> {
     }
 
     /// One attempt: the lease and when it was asked for, or what the refusal said.
-    async fn attempt(&mut self) -> Result<Attempt, LockError> {
+    async fn attempt(&mut self) -> Result<Attempt> {
         self.made += 1;
         // Each attempt's own time: a waiter queued behind others makes its first attempt long
         // after the wait began, and its lease counts from the request that took it.
@@ -252,7 +240,7 @@ impl<'o> Acquisition<'o> {
     /// Attempts until the lock is taken or the retry policy gives up: at the policy's delays,
     /// and (on a backend that announces releases) when a release is announced or the holder's
     /// lease ends. See [`RetryPolicy`](crate::RetryPolicy) for what a waiter may expect.
-    async fn wait(self, keeping: Keeping) -> Result<LockGuard, LockError> {
+    async fn wait(self, keeping: Keeping) -> Result<LockGuard> {
         match self.wait_until(keeping, None).await? {
             Some(guard) => Ok(guard),
             None => unreachable!("a wait without a stop token ends with the lock or an error"),
@@ -265,7 +253,7 @@ impl<'o> Acquisition<'o> {
         mut self,
         keeping: Keeping,
         stop: Option<&CancellationToken>,
-    ) -> Result<Option<LockGuard>, LockError> {
+    ) -> Result<Option<LockGuard>> {
         let retry = *self.options.retry();
         let deadline = later(self.began, retry.timeout());
         let mut delays = retry.delays();
@@ -360,7 +348,7 @@ impl<'o> Acquisition<'o> {
     }
 
     /// One attempt; contention is `None`.
-    async fn once(mut self, keeping: Keeping) -> Result<Option<LockGuard>, LockError> {
+    async fn once(mut self, keeping: Keeping) -> Result<Option<LockGuard>> {
         match self.attempt().await? {
             Attempt::Taken(lease, sent) => Ok(Some(self.guard(lease, sent, keeping))),
             Attempt::Refused(_) => {

@@ -12,7 +12,7 @@
 //!
 //! # Quick start
 //! ```
-//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> syncguard::Result<()> {
 //! use std::time::Duration;
 //! use syncguard::{LockOptions, MemoryBackend, RetryPolicy};
 //!
