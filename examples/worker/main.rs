@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use syncguard::{LockError, locked};
+use syncguard::{ErrorCode, LockError, locked};
 use tokio::sync::mpsc;
 
 /// What a job left behind: the fence of the holder that wrote it, so a stale holder's
@@ -41,7 +41,7 @@ impl From<LockError> for JobError {
 }
 
 /// Processes one job. `wait = false`: if another worker holds the job, skip this delivery
-/// (`LockError::Contended`). The 1 s ttl is shorter than some jobs; the heartbeat keeps the
+/// (`ErrorCode::Contended`). The 1 s ttl is shorter than some jobs; the heartbeat keeps the
 /// lock meanwhile. `show_key = true`: job ids are no secret, so errors and the hold's
 /// `syncguard.hold` span name the job's key, not only its hash.
 #[locked(key = "job:{id}", ttl = "1s", wait = false, show_key = true, guard = lock)]
@@ -114,7 +114,8 @@ async fn main() -> Result<(), LockError> {
                     };
                     match handle(id, worker, &results).await {
                         Ok(()) => {}
-                        Err(JobError::Lock(LockError::Contended { lock })) => {
+                        Err(JobError::Lock(error)) if error.code() == ErrorCode::Contended => {
+                            let lock = error.lock().expect("a contention error names its lock");
                             println!("worker {worker}: lock {lock} is held elsewhere, skipping");
                         }
                         Err(JobError::StaleFence { job }) => {

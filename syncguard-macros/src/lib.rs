@@ -31,10 +31,10 @@ use proc_macro::TokenStream;
 /// call.
 ///
 /// The function must return `Result<T, E>` with `E: From<syncguard::LockError>`: lock
-/// failures reach the caller through `E`. They are `LockError::Contended` (the lock is held
-/// and `wait = false`), `LockError::AcquisitionTimeout` (it stayed held past the wait),
-/// `LockError::LockLost` (lost while the body ran), `LockError::NoDefaultBackend`, and backend
-/// errors. Anything else is a compile error that says so, as are a non-`async` or `const fn`,
+/// failures reach the caller through `E`. Their `code()` is `ErrorCode::Contended` (the lock
+/// is held and `wait = false`), `ErrorCode::AcquisitionTimeout` (it stayed held past the
+/// wait), `ErrorCode::LockLost` (lost while the body ran), `ErrorCode::NoDefaultBackend`, or a
+/// backend error's. Anything else is a compile error that says so, as are a non-`async` or `const fn`,
 /// an unknown or repeated argument, a bad duration, a bad key template and a `guard` name
 /// that hides a parameter; each points at the offending token.
 ///
@@ -46,7 +46,7 @@ use proc_macro::TokenStream;
 /// | `ttl = "30s"` | the lease: how quickly a crashed holder's lock frees up | `"30s"` |
 /// | `backend = expr` | the backend: an expression whose type is, or derefs to, a `LockBackend + Clone + 'static` (a backend, a reference to one, an `Arc<dyn LockBackend>`, a `LazyLock` static) | the process-wide default (`syncguard::set_default_backend`) |
 /// | `wait = "5s"` | keep retrying for this long while the lock is held elsewhere (`RetryPolicy::wait_for`) | the default `RetryPolicy`: up to 10 retries within 5 s |
-/// | `wait = false` | a single attempt: a held lock fails at once with `LockError::Contended` (`RetryPolicy::single_attempt`) | |
+/// | `wait = false` | a single attempt: a held lock fails at once with `ErrorCode::Contended` (`RetryPolicy::single_attempt`) | |
 /// | `retries = 3` | cap on retries after the first attempt | 10, or unlimited within `wait = "..."` |
 /// | `retry_delay = "100ms"` | delay before the first retry | `"100ms"` |
 /// | `backoff = exponential \| fixed` | how delays grow | `exponential` |
@@ -110,7 +110,7 @@ use proc_macro::TokenStream;
 /// let backend = MemoryBackend::new();
 /// let _busy = syncguard::acquire(&backend, "export:ada", &LockOptions::default()).await?;
 /// let error = export(&backend, "ada").await.unwrap_err();
-/// assert!(matches!(error, LockError::Contended { .. }));
+/// assert_eq!(error.code(), syncguard::ErrorCode::Contended);
 /// assert!(error.to_string().contains("\"export:ada\""), "{error}");
 /// # Ok(()) }
 /// ```
@@ -149,8 +149,8 @@ use proc_macro::TokenStream;
 /// ```
 ///
 /// With `on_lost = notify` the body keeps running after a loss and can watch `guard.lost()`
-/// itself (its result is still replaced by `LockError::LockLost`); with `heartbeat = false`
-/// the lock simply expires after `ttl`.
+/// itself (its result is still replaced by an `ErrorCode::LockLost` error); with
+/// `heartbeat = false` the lock simply expires after `ttl` (`LostReason::TtlElapsed`).
 ///
 /// # What it expands to
 ///
@@ -179,7 +179,7 @@ use proc_macro::TokenStream;
 ///     let __result = {
 ///         let lock = &__guard;
 ///         // The body, in the hold's `syncguard.hold` span, cancelled on loss
-///         // (`LockGuard::run`); a lost lock is `LockError::LockLost`.
+///         // (`LockGuard::run`); a lost lock is an `ErrorCode::LockLost` error.
 ///         match __guard.run(async move { /* the body */ }).await {
 ///             Ok(result) => result,
 ///             Err(lost) => Err(lost.into()),

@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use syncguard::{LockBackend, LockError, LockName, LockOptions, LostReason, MemoryBackend, locked};
+use syncguard::{
+    ErrorCode, LockBackend, LockError, LockName, LockOptions, LostReason, MemoryBackend, locked,
+};
 
 #[locked(key = "user:{id}:export", backend = backend, wait = false)]
 async fn hidden(backend: &MemoryBackend, id: u32) -> Result<(), LockError> {
@@ -41,9 +43,8 @@ async fn contention_names_the_lock() {
         .unwrap();
 
     let error = hidden(&backend, 7).await.unwrap_err();
-    let LockError::Contended { lock } = &error else {
-        panic!("expected contention, got {error:?}");
-    };
+    assert_eq!(error.code(), ErrorCode::Contended, "{error:?}");
+    let lock = error.lock().unwrap();
     assert_eq!(lock.key(), None);
     assert_eq!(lock.key_hash(), hash("user:7:export"));
     let message = error.to_string();
@@ -66,19 +67,16 @@ async fn a_lost_lock_names_the_lock() {
     let backend = MemoryBackend::new();
 
     let error = lost_hidden(&backend, 8).await.unwrap_err();
-    let LockError::LockLost { lock, reason } = &error else {
-        panic!("expected a lost lock, got {error:?}");
-    };
-    assert_eq!(*reason, LostReason::NotHeld);
+    assert_eq!(error.lost_reason(), Some(LostReason::NotHeld), "{error:?}");
+    let lock = error.lock().unwrap();
     assert_eq!(lock.key(), None);
     let message = error.to_string();
     assert!(message.contains(&hash("user:8:import")), "{message}");
     assert!(!message.contains("user:8"), "{message}");
 
     let error = lost_shown(&backend, 8).await.unwrap_err();
-    let LockError::LockLost { lock, .. } = &error else {
-        panic!("expected a lost lock, got {error:?}");
-    };
+    assert!(error.is_lock_lost(), "{error:?}");
+    let lock = error.lock().unwrap();
     assert_eq!(lock.key(), Some("user:8:import"));
     let message = error.to_string();
     assert!(message.contains("\"user:8:import\""), "{message}");

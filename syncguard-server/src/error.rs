@@ -5,7 +5,7 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use syncguard::LockError;
+use syncguard::{ErrorCode, LockError};
 
 /// An answer that is not a lock: what went wrong with a request.
 #[derive(Debug)]
@@ -59,9 +59,10 @@ impl From<LockError> for ApiError {
     /// Backend failures are 503; an argument the backend refused after this server's own
     /// validation passed is a bug of this server (500).
     fn from(error: LockError) -> Self {
-        match error {
-            LockError::InvalidArgument { .. } => Self::Internal(error.to_string()),
-            error => Self::Backend(error),
+        if error.code() == ErrorCode::InvalidArgument {
+            Self::Internal(error.to_string())
+        } else {
+            Self::Backend(error)
         }
     }
 }

@@ -24,12 +24,12 @@ pin_project! {
     /// The body of every response that passed through a [`LockService`](crate::LockService).
     ///
     /// Either the inner service's body, unchanged, or, with
-    /// [`ReleaseOn::BodyEnd`](crate::ReleaseOn::BodyEnd), that body holding the lock: it
-    /// releases the lock when the inner body reports its end (and awaits the release before
-    /// reporting the end itself), or in the background when it is dropped unfinished. While it
-    /// holds the lock under [`OnLost::Cancel`](syncguard::OnLost::Cancel), a lost lock ends
-    /// the body with [`LockError::LockLost`]. Or a rejection: a small JSON problem document
-    /// (HTTP) or nothing (gRPC, where the status travels in the headers).
+    /// [`ReleaseOn::BodyEnd`](crate::ReleaseOn::BodyEnd), that body holding the lock: it releases
+    /// the lock when the inner body reports its end (and awaits the release before reporting the
+    /// end itself), or in the background when it is dropped unfinished. While it holds the lock
+    /// under [`OnLost::Cancel`](syncguard::OnLost::Cancel), a lost lock ends the body with
+    /// [`ErrorCode::LockLost`](syncguard::ErrorCode::LockLost). Or a rejection: a small JSON
+    /// problem document (HTTP) or nothing (gRPC, where the status travels in the headers).
     pub struct LockBody<B> {
         #[pin]
         kind: Kind<B>,
@@ -127,10 +127,7 @@ pub(crate) fn release(guard: LockGuard, holds: &HoldTimes) -> ReleaseFuture {
 /// The error that ends a body whose lock was lost, naming the lock.
 fn lost(guard: &LockGuard, reason: LostReason) -> BoxError {
     tracing::warn!(lock = %guard.name(), fence = %guard.fence(), %reason, "syncguard_tower: the lock was lost while the response body streamed; ending the body with an error");
-    Box::new(LockError::LockLost {
-        lock: guard.name().clone(),
-        reason,
-    })
+    Box::new(LockError::lock_lost(guard.name().clone(), reason))
 }
 
 /// Which body type the responses of a [`LockService`](crate::LockService) have, given the

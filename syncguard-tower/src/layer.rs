@@ -72,18 +72,20 @@ use crate::service::LockService;
 /// `clamp(min(lease, likely), 1 s, max_retry_after)`, where
 ///
 /// - `lease` is the time until the holder's lease ends, plus syncguard's 1 s liveness
-///   tolerance (at most the ttl plus 1 s): what the holder may take without renewing it. A
-///   heartbeat renews it while the handler runs, so alone it says little (31 s for a 1.5 s
-///   handler under the default 30 s ttl);
-/// - `likely` is the mean hold of this layer minus how long the holder has held the lock
-///   (0 once it held it longer): the mean is an exponentially weighted mean (the newest hold
+///   tolerance (at most the ttl plus 1 s): what the holder may take without renewing it, as
+///   the refusal reported it
+///   ([`LockError::holder_lease_left`](syncguard::LockError::holder_lease_left); no second
+///   call to the backend). A heartbeat renews it while the handler runs, so alone it says
+///   little (31 s for a 1.5 s handler under the default 30 s ttl);
+/// - `likely` is the mean hold of this layer: an exponentially weighted mean (the newest hold
 ///   weighs 1/8) of the holds this layer's requests ended with a release, in this process. It
-///   stands for the holders on other replicas too. Before any hold has ended, `likely` is
-///   `lease`;
+///   stands for the holders on other replicas too. How long the holder has held the lock
+///   already is not subtracted: a refusal does not report it. Before any hold has ended,
+///   `likely` is `lease`;
 /// - `max_retry_after` is [`with_max_retry_after`](Self::with_max_retry_after) (5 s by
 ///   default).
 ///
-/// When the holder cannot be looked up (or let go meanwhile) it is 1 s. gRPC's
+/// When the refusal did not report the holder's expiry it is 1 s. gRPC's
 /// `grpc-retry-pushback-ms` carries the same hint in milliseconds, unrounded.
 ///
 /// ```

@@ -4,12 +4,12 @@ use std::time::Duration;
 
 use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use http::{Response, StatusCode};
-use syncguard::{LockError, LostReason};
+use syncguard::{ErrorCode, LockError, LostReason};
 
 use crate::body::LockBody;
 use crate::config::{Answers, Config};
 use crate::key::NoKey;
-use crate::retry_after::{self, Holder};
+use crate::retry_after;
 
 /// Why the handler did not run, or did not finish.
 #[derive(Debug)]
@@ -27,31 +27,20 @@ pub(crate) enum Rejection {
 }
 
 impl Rejection {
-    /// Classifies the failure to acquire the lock on `key`, looking up the holder's expiry
-    /// for contention.
-    pub(crate) async fn from_acquire_error(error: LockError, key: &str, config: &Config) -> Self {
+    /// Classifies the failure to acquire the lock on `key`. A contended answer's hint comes
+    /// from the error alone (the holder's lease as the refusal reported it): no lookup.
+    pub(crate) fn from_acquire_error(error: &LockError, key: &str, config: &Config) -> Self {
         if error.is_contended() {
-            let holder = match syncguard::get_by_key(config.backend.as_ref(), key).await {
-                Ok(info) => info.map(|info| Holder {
-                    expires_at_ms: info.expires_at_ms,
-                    acquired_at_ms: info.acquired_at_ms,
-                }),
-                Err(lookup) => {
-                    tracing::debug!(error = %lookup, lock = %config.lock_name(key), "syncguard_tower: looking up the holder failed; answering Retry-After: 1");
-                    None
-                }
-            };
             return Self::Contended {
                 retry_after: retry_after::hint(
-                    holder,
-                    syncguard::time::now_ms(),
+                    error.holder_lease_left(),
                     config.options.ttl(),
                     config.holds.mean(),
                     config.max_retry_after,
                 ),
             };
         }
-        if matches!(error, LockError::InvalidArgument { .. }) {
+        if error.code() == ErrorCode::InvalidArgument {
             tracing::debug!(%error, lock = %config.lock_name(key), "syncguard_tower: invalid lock key");
             return Self::InvalidKey;
         }

@@ -64,45 +64,29 @@ impl HoldTimes {
     }
 }
 
-/// What the layer knows of the lock's holder when it answers a contended request.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Holder {
-    /// When its lease ends (Unix ms, the backend's time authority).
-    pub(crate) expires_at_ms: u64,
-    /// When it took the lock (Unix ms, the backend's time authority).
-    pub(crate) acquired_at_ms: u64,
-}
-
 /// The hint: `clamp(min(lease, likely), 1 s, max(max, 1 s))`, where
 ///
-/// - `lease` = the time until the holder's lease ends, plus syncguard's 1 s liveness
-///   tolerance, at most the ttl plus 1 s (a time authority whose clock is ahead of ours must
-///   not make an absurd wait); what the holder may take without renewing its lease;
-/// - `likely` = the mean hold minus how long the holder has held the lock (0 once it held it
-///   longer), or `lease` while no hold of this layer has ended;
+/// - `lease` = `lease_left`, the time until the holder's lease ends plus syncguard's 1 s
+///   liveness tolerance, as the refusal reported it
+///   ([`LockError::holder_lease_left`](syncguard::LockError::holder_lease_left)), at most the
+///   ttl plus 1 s (a time authority whose clock is ahead of ours must not make an absurd
+///   wait); what the holder may take without renewing its lease;
+/// - `likely` = the mean hold, or `lease` while no hold of this layer has ended (how long the
+///   holder has held the lock already is not known: no backend reports it with a refusal);
 ///
-/// and 1 s when the holder is unknown (the lookup failed, or it let go meanwhile).
+/// and 1 s when the refusal did not report the holder's expiry.
 pub(crate) fn hint(
-    holder: Option<Holder>,
-    now_ms: u64,
+    lease_left: Option<Duration>,
     ttl: Duration,
     mean_hold: Option<Duration>,
     max: Duration,
 ) -> Duration {
-    let Some(holder) = holder else {
+    let Some(lease_left) = lease_left else {
         return MIN_RETRY_AFTER;
     };
-    let tolerance = syncguard::time::TIME_TOLERANCE_MS;
-    let lease_ms = holder
-        .expires_at_ms
-        .saturating_add(tolerance)
-        .saturating_sub(now_ms);
-    let lease =
-        Duration::from_millis(lease_ms).min(ttl.saturating_add(Duration::from_millis(tolerance)));
-    let likely = mean_hold.map_or(lease, |mean| {
-        let held = Duration::from_millis(now_ms.saturating_sub(holder.acquired_at_ms));
-        mean.saturating_sub(held)
-    });
+    let tolerance = Duration::from_millis(syncguard::time::TIME_TOLERANCE_MS);
+    let lease = lease_left.min(ttl.saturating_add(tolerance));
+    let likely = mean_hold.unwrap_or(lease);
     lease
         .min(likely)
         .clamp(MIN_RETRY_AFTER, max.max(MIN_RETRY_AFTER))
@@ -119,13 +103,11 @@ mod tests {
 
     const TTL: Duration = Duration::from_secs(30);
     const MAX: Duration = Duration::from_secs(5);
-    const NOW: u64 = 1_000_000;
 
-    fn holder(acquired_ago_ms: u64, expires_in_ms: u64) -> Option<Holder> {
-        Some(Holder {
-            acquired_at_ms: NOW - acquired_ago_ms,
-            expires_at_ms: NOW + expires_in_ms,
-        })
+    /// The lease left of a holder whose lease ends in `expires_in_ms` (its expiry, plus the
+    /// 1 s tolerance), as `LockError::holder_lease_left` gives it.
+    fn lease(expires_in_ms: u64) -> Option<Duration> {
+        Some(Duration::from_millis(expires_in_ms + 1_000))
     }
 
     fn secs(hint: Duration) -> u64 {
@@ -134,61 +116,41 @@ mod tests {
 
     #[test]
     fn without_a_known_hold_the_lease_bounded_by_the_setting() {
-        assert_eq!(hint(None, NOW, TTL, None, MAX), MIN_RETRY_AFTER);
+        assert_eq!(hint(None, TTL, None, MAX), MIN_RETRY_AFTER);
         // Expires in 2.5 s: live 3.5 s more, rounded up to 4.
-        assert_eq!(secs(hint(holder(0, 2_500), NOW, TTL, None, MAX)), 4);
+        assert_eq!(secs(hint(lease(2_500), TTL, None, MAX)), 4);
         // A 30 s lease renewed by the heartbeat: the setting, not 31.
-        assert_eq!(hint(holder(0, 30_000), NOW, TTL, None, MAX), MAX);
+        assert_eq!(hint(lease(30_000), TTL, None, MAX), MAX);
         assert_eq!(
-            hint(holder(0, 30_000), NOW, TTL, None, Duration::from_secs(60)),
+            hint(lease(30_000), TTL, None, Duration::from_secs(60)),
             Duration::from_secs(31)
         );
         // Already expired, inside the tolerance or past it.
-        assert_eq!(secs(hint(holder(0, 0), NOW, TTL, None, MAX)), 1);
-        assert_eq!(
-            hint(
-                Some(Holder {
-                    acquired_at_ms: 0,
-                    expires_at_ms: NOW - 5_000
-                }),
-                NOW,
-                TTL,
-                None,
-                MAX
-            ),
-            MIN_RETRY_AFTER
-        );
+        assert_eq!(secs(hint(lease(0), TTL, None, MAX)), 1);
+        assert_eq!(hint(Some(Duration::ZERO), TTL, None, MAX), MIN_RETRY_AFTER);
         // A clock an hour ahead: the ttl plus the tolerance.
-        let ahead = hint(
-            holder(0, 3_600_000),
-            NOW,
-            TTL,
-            None,
-            Duration::from_secs(3600),
-        );
+        let ahead = hint(lease(3_600_000), TTL, None, Duration::from_secs(3600));
         assert_eq!(ahead, Duration::from_secs(31));
         // A bound under a second is a second.
         assert_eq!(
-            hint(holder(0, 30_000), NOW, TTL, None, Duration::ZERO),
+            hint(lease(30_000), TTL, None, Duration::ZERO),
             MIN_RETRY_AFTER
         );
     }
 
     #[test]
-    fn with_known_holds_what_is_likely_left_of_the_mean() {
+    fn with_known_holds_the_mean_within_the_lease() {
         let mean = Some(Duration::from_millis(1_500));
-        // Held for 200 ms of a 1.5 s mean: 1.3 s left, rounded up to 2 (not 31).
-        assert_eq!(secs(hint(holder(200, 30_000), NOW, TTL, mean, MAX)), 2);
-        // Held longer than the mean: come back in a second.
-        assert_eq!(
-            hint(holder(4_000, 30_000), NOW, TTL, mean, MAX),
-            MIN_RETRY_AFTER
-        );
+        // A 1.5 s mean under a renewed 30 s lease: 1.5 s, rounded up to 2 (not 31).
+        assert_eq!(secs(hint(lease(30_000), TTL, mean, MAX)), 2);
+        // A mean under a second: come back in a second.
+        let quick = Some(Duration::from_millis(200));
+        assert_eq!(hint(lease(30_000), TTL, quick, MAX), MIN_RETRY_AFTER);
         // A mean longer than the setting: the setting.
         let long = Some(Duration::from_secs(60));
-        assert_eq!(hint(holder(0, 30_000), NOW, TTL, long, MAX), MAX);
+        assert_eq!(hint(lease(30_000), TTL, long, MAX), MAX);
         // A lease that ends before the likely end: the lease.
-        assert_eq!(secs(hint(holder(0, 1_000), NOW, TTL, long, MAX)), 2);
+        assert_eq!(secs(hint(lease(1_000), TTL, long, MAX)), 2);
     }
 
     #[test]

@@ -131,7 +131,7 @@ fn acquire(key: String, config: Arc<Config>) -> AcquireFuture {
         match syncguard::acquire_with_polled_heartbeat(&config.backend, &key, &config.options).await
         {
             Ok(guard) => Ok(guard),
-            Err(error) => Err(Rejection::from_acquire_error(error, &key, &config).await),
+            Err(error) => Err(Rejection::from_acquire_error(&error, &key, &config)),
         }
     })
 }

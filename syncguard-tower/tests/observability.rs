@@ -231,13 +231,8 @@ async fn a_body_that_loses_its_lock_ends_with_lock_lost_naming_the_lock() {
         .expect_err("an error, not a frame");
     let error = error.downcast::<LockError>().expect("a LockError");
     let name = LockName::new("idempotency-key:b1", false);
-    match *error {
-        LockError::LockLost { ref lock, reason } => {
-            assert_eq!(lock, &name);
-            assert_eq!(reason, LostReason::NotHeld);
-        }
-        ref other => panic!("expected LockLost, got {other:?}"),
-    }
+    assert_eq!(error.lost_reason(), Some(LostReason::NotHeld), "{error:?}");
+    assert_eq!(error.lock(), Some(&name));
     let warnings = recorder.layer_warnings();
     assert_eq!(warnings.len(), 1, "{warnings:#?}");
     assert_eq!(

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::{
     AcquireOutcome, Contention, Lease, LockBackend, LockObserver, ReleaseWatch, Wake,
 };
-use crate::error::LockError;
+use crate::error::{LockError, Result};
 use crate::far_future::later;
 use crate::guard::{HeartbeatBy, LockGuard, SentAt, Start};
 use crate::key::normalize_key;
@@ -25,7 +25,7 @@ use crate::time::{TIME_TOLERANCE_MS, now_ms};
 /// Must be called within a tokio runtime.
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> syncguard::Result<()> {
 /// use syncguard::{LockOptions, MemoryBackend, RetryPolicy};
 ///
 /// let backend = MemoryBackend::new();
@@ -39,14 +39,13 @@ use crate::time::{TIME_TOLERANCE_MS, now_ms};
 /// ```
 ///
 /// # Errors
-/// [`LockError::InvalidArgument`] for a bad key (before any I/O); [`LockError::Contended`] when
-/// the key is held and the policy allows no wait; [`LockError::AcquisitionTimeout`] when it
-/// stayed held past the policy's wait; backend errors as they come (they are not retried).
-pub async fn acquire<B>(
-    backend: &B,
-    key: &str,
-    options: &LockOptions,
-) -> Result<LockGuard, LockError>
+/// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for a bad key (before
+/// any I/O); [`ErrorCode::Contended`](crate::ErrorCode::Contended) when the key is held and
+/// the policy allows no wait;
+/// [`ErrorCode::AcquisitionTimeout`](crate::ErrorCode::AcquisitionTimeout) when it stayed held
+/// past the policy's wait (both with the holder's expiry,
+/// [`LockError::holder_expires_at_ms`]); backend errors as they come (they are not retried).
+pub async fn acquire<B>(backend: &B, key: &str, options: &LockOptions) -> Result<LockGuard>
 where
     B: LockBackend + Clone + 'static,
 {
@@ -61,7 +60,7 @@ where
 /// Must be called within a tokio runtime.
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> syncguard::Result<()> {
 /// use syncguard::{LockOptions, MemoryBackend};
 ///
 /// let backend = MemoryBackend::new();
@@ -73,13 +72,13 @@ where
 /// ```
 ///
 /// # Errors
-/// [`LockError::InvalidArgument`] for a bad key (before any I/O); backend errors as they
-/// come. Contention is not an error.
+/// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for a bad key (before
+/// any I/O); backend errors as they come. Contention is not an error.
 pub async fn try_acquire<B>(
     backend: &B,
     key: &str,
     options: &LockOptions,
-) -> Result<Option<LockGuard>, LockError>
+) -> Result<Option<LockGuard>>
 where
     B: LockBackend + Clone + 'static,
 {
@@ -96,7 +95,7 @@ where
 /// will poll. Holding a lock then costs no task of its own.
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> syncguard::Result<()> {
 /// use syncguard::{LockOptions, MemoryBackend};
 ///
 /// let backend = MemoryBackend::new();
@@ -114,7 +113,7 @@ pub async fn acquire_with_polled_heartbeat<B>(
     backend: &B,
     key: &str,
     options: &LockOptions,
-) -> Result<LockGuard, LockError>
+) -> Result<LockGuard>
 where
     B: LockBackend + Clone + 'static,
 {
@@ -134,7 +133,7 @@ pub(crate) async fn acquire_as(
     holder: &str,
     options: &LockOptions,
     stop: Option<&CancellationToken>,
-) -> Result<Option<LockGuard>, LockError> {
+) -> Result<Option<LockGuard>> {
     let mut acquisition = Acquisition::new(backend, key, options)?;
     acquisition.holder = Some(holder.to_owned());
     acquisition.wait_until(HeartbeatBy::Task, stop).await
@@ -182,14 +181,13 @@ struct Acquisition<'o> {
     /// When the acquisition began: the start of the wait.
     began: Instant,
     made: u32,
+    /// The holder's expiry as the last refusal (or the release queue) reported it: for the
+    /// error, if the lock stays held.
+    holder_expires_at_ms: Option<u64>,
 }
 
 impl<'o> Acquisition<'o> {
-    fn new(
-        backend: Arc<dyn LockBackend>,
-        key: &str,
-        options: &'o LockOptions,
-    ) -> Result<Self, LockError> {
+    fn new(backend: Arc<dyn LockBackend>, key: &str, options: &'o LockOptions) -> Result<Self> {
         let key = normalize_key(key)?.into_owned();
         Ok(Self {
             observer: backend.observer(),
@@ -199,11 +197,12 @@ impl<'o> Acquisition<'o> {
             holder: None,
             began: Instant::now(),
             made: 0,
+            holder_expires_at_ms: None,
         })
     }
 
     /// One attempt: the lease and when it was asked for, or what the refusal said.
-    async fn attempt(&mut self) -> Result<Attempt, LockError> {
+    async fn attempt(&mut self) -> Result<Attempt> {
         self.made += 1;
         // Each attempt's own time: a waiter queued behind others makes its first attempt long
         // after the wait began, and its lease counts from the request that took it.
@@ -221,7 +220,10 @@ impl<'o> Acquisition<'o> {
                 }
                 Ok(Attempt::Taken(lease, sent))
             }
-            Ok(AcquireOutcome::Contended(contention)) => Ok(Attempt::Refused(contention)),
+            Ok(AcquireOutcome::Contended(contention)) => {
+                self.holder_expires_at_ms = contention.holder_expires_at_ms;
+                Ok(Attempt::Refused(contention))
+            }
             Err(error) => Err(self.gave_up(error)),
         }
     }
@@ -229,7 +231,7 @@ impl<'o> Acquisition<'o> {
     /// Attempts until the lock is taken or the retry policy gives up: at the policy's delays,
     /// and (on a backend that announces releases) when a release is announced or the holder's
     /// lease ends. See [`RetryPolicy`](crate::RetryPolicy) for what a waiter may expect.
-    async fn wait(self, heartbeat_by: HeartbeatBy) -> Result<LockGuard, LockError> {
+    async fn wait(self, heartbeat_by: HeartbeatBy) -> Result<LockGuard> {
         match self.wait_until(heartbeat_by, None).await? {
             Some(guard) => Ok(guard),
             None => unreachable!("a wait without a stop token ends with the lock or an error"),
@@ -242,7 +244,7 @@ impl<'o> Acquisition<'o> {
         mut self,
         heartbeat_by: HeartbeatBy,
         stop: Option<&CancellationToken>,
-    ) -> Result<Option<LockGuard>, LockError> {
+    ) -> Result<Option<LockGuard>> {
         let retry = *self.options.retry();
         let deadline = later(self.began, retry.timeout());
         let mut delays = retry.delays();
@@ -314,6 +316,10 @@ impl<'o> Acquisition<'o> {
                 wake = woken => match wake {
                     Wake::Wait { holder_expires_at_ms } => {
                         attempt_now = false;
+                        // A newer holder than the last refusal's, when known.
+                        if holder_expires_at_ms.is_some() {
+                            self.holder_expires_at_ms = holder_expires_at_ms;
+                        }
                         holder_ends = holder_expires_at_ms.map(lease_over_at);
                         // First in line behind a lock that was just taken: a poll that fell
                         // due while waiting for the turn would only be refused, so the
@@ -333,7 +339,7 @@ impl<'o> Acquisition<'o> {
     }
 
     /// One attempt; contention is `None`.
-    async fn once(mut self, heartbeat_by: HeartbeatBy) -> Result<Option<LockGuard>, LockError> {
+    async fn once(mut self, heartbeat_by: HeartbeatBy) -> Result<Option<LockGuard>> {
         match self.attempt().await? {
             Attempt::Taken(lease, sent) => Ok(Some(self.guard(lease, sent, heartbeat_by))),
             Attempt::Refused(_) => {
@@ -344,18 +350,20 @@ impl<'o> Acquisition<'o> {
         }
     }
 
-    /// The error for a key that stayed held, reported: [`LockError::Contended`] after a
-    /// single attempt, [`LockError::AcquisitionTimeout`] after a wait.
+    /// The error for a key that stayed held, reported: [`ErrorCode::Contended`] after a
+    /// single attempt, [`ErrorCode::AcquisitionTimeout`] after a wait, with the holder's
+    /// expiry as the last refusal reported it.
     fn contended(&self) -> LockError {
         let lock = LockName::new(&self.key, self.options.show_key());
         let error = if self.made <= 1 {
-            LockError::Contended { lock }
+            LockError::contended(lock, self.holder_expires_at_ms)
         } else {
-            LockError::AcquisitionTimeout {
+            LockError::acquisition_timeout(
                 lock,
-                attempts: self.made,
-                elapsed: self.began.elapsed(),
-            }
+                self.made,
+                self.began.elapsed(),
+                self.holder_expires_at_ms,
+            )
         };
         self.gave_up(error)
     }
@@ -382,8 +390,9 @@ impl<'o> Acquisition<'o> {
             expires_at_ms: lease.expires_at_ms,
             sent_at: sent.instant,
             sent_wall_ms: sent.wall_ms,
+            heartbeat: options.heartbeat(),
             observer: self.observer,
         };
-        LockGuard::start(self.backend, start, options.heartbeat(), heartbeat_by)
+        LockGuard::start(self.backend, start, heartbeat_by)
     }
 }

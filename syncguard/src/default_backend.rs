@@ -3,7 +3,7 @@
 use std::sync::{Arc, OnceLock};
 
 use crate::backend::LockBackend;
-use crate::error::LockError;
+use crate::error::{LockError, Result};
 
 static DEFAULT_BACKEND: OnceLock<Arc<dyn LockBackend>> = OnceLock::new();
 
@@ -21,8 +21,9 @@ static DEFAULT_BACKEND: OnceLock<Arc<dyn LockBackend>> = OnceLock::new();
 /// ```
 ///
 /// # Errors
-/// [`LockError::InvalidArgument`] if a default backend was already set; the first one stays.
-pub fn set_default_backend<B: LockBackend + 'static>(backend: B) -> Result<(), LockError> {
+/// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) if a default backend was
+/// already set; the first one stays.
+pub fn set_default_backend<B: LockBackend + 'static>(backend: B) -> Result<()> {
     DEFAULT_BACKEND.set(Arc::new(backend)).map_err(|_| {
         LockError::invalid_argument(
             "a default lock backend is already set; set it once, at startup",
@@ -33,10 +34,11 @@ pub fn set_default_backend<B: LockBackend + 'static>(backend: B) -> Result<(), L
 /// The process-wide default backend.
 ///
 /// # Errors
-/// [`LockError::NoDefaultBackend`] if [`set_default_backend`] was not called.
-pub fn default_backend() -> Result<Arc<dyn LockBackend>, LockError> {
+/// [`ErrorCode::NoDefaultBackend`](crate::ErrorCode::NoDefaultBackend) if [`set_default_backend`]
+/// was not called.
+pub fn default_backend() -> Result<Arc<dyn LockBackend>> {
     DEFAULT_BACKEND
         .get()
         .cloned()
-        .ok_or(LockError::NoDefaultBackend)
+        .ok_or_else(LockError::no_default_backend)
 }

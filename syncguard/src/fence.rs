@@ -41,8 +41,9 @@ const WARN: u64 = 90_000_000_000_000;
 pub struct Fence(u64);
 
 impl Fence {
-    /// The largest fence: counters above it are refused with [`LockError::Internal`]. Below
-    /// 2^53, so that JavaScript reads every fence exactly.
+    /// The largest fence: counters above it are refused with
+    /// [`ErrorCode::Internal`](crate::ErrorCode::Internal). Below 2^53, so that JavaScript reads
+    /// every fence exactly.
     pub const MAX: Self = Self(MAX);
 
     /// Fences above this one are accepted with a logged warning, an early signal to rotate
@@ -52,8 +53,8 @@ impl Fence {
     /// Checks a counter value read from a backend.
     ///
     /// # Errors
-    /// [`LockError::Internal`] for 0 (counters start at 1) or for a value above [`Fence::MAX`].
-    /// Above [`Fence::WARN`] a warning is logged.
+    /// [`ErrorCode::Internal`](crate::ErrorCode::Internal) for 0 (counters start at 1) or for a
+    /// value above [`Fence::MAX`]. Above [`Fence::WARN`] a warning is logged.
     pub fn new(value: u64) -> Result<Self, LockError> {
         if value == 0 {
             return Err(LockError::internal(

@@ -8,7 +8,8 @@ use crate::lock_id::LockId;
 /// [`LockInfo::reveal`]); `None` if the key is free or its lock expired.
 ///
 /// # Errors
-/// [`LockError::InvalidArgument`] for an invalid key; backend errors as they come.
+/// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for an invalid key; backend
+/// errors as they come.
 pub async fn get_by_key<B: LockBackend + ?Sized>(
     backend: &B,
     key: &str,

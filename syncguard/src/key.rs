@@ -68,7 +68,8 @@ pub const MAX_KEY_BYTES: usize = 512;
 /// Borrows when the key is already in NFC, which is the common case.
 ///
 /// # Errors
-/// [`LockError::InvalidArgument`] for an empty or oversized key, or one containing NUL
+/// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for an empty or oversized key,
+/// or one containing NUL
 /// (U+0000): PostgreSQL cannot store it, and one rule holds for every backend.
 #[inline]
 pub fn normalize_key(key: &str) -> Result<Cow<'_, str>, LockError> {
@@ -132,8 +133,8 @@ fn nfc(value: &str) -> Cow<'_, str> {
 /// This does not apply the 512-byte user key limit; [`normalize_key`] does.
 ///
 /// # Errors
-/// [`LockError::InvalidArgument`] if `key` is empty, or if the prefix plus the reserve leaves
-/// no room for a key.
+/// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) if `key` is empty, or if the
+/// prefix plus the reserve leaves no room for a key.
 pub fn make_storage_key(
     prefix: &str,
     key: &str,

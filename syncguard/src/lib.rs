@@ -12,7 +12,7 @@
 //!
 //! # Quick start
 //! ```
-//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> syncguard::Result<()> {
 //! use std::time::Duration;
 //! use syncguard::{LockOptions, MemoryBackend, RetryPolicy};
 //!
@@ -100,7 +100,7 @@ pub mod conformance;
 pub use acquire::{acquire, acquire_with_polled_heartbeat, try_acquire};
 pub use backend::{LockBackend, LockInfo, RevealedLockInfo};
 pub use default_backend::{default_backend, set_default_backend};
-pub use error::{BoxError, ErrorCode, LockError, LostReason};
+pub use error::{BoxError, ErrorCode, LockError, LostReason, Result};
 pub use fence::Fence;
 pub use guard::shutdown::{ShutdownReport, shutdown};
 pub use guard::{LockGuard, LockHandle};

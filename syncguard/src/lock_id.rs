@@ -46,7 +46,8 @@ impl LockId {
     /// Parses a lock id received from elsewhere (another service, a request).
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] unless `value` matches `^[A-Za-z0-9_-]{22}$`.
+    /// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) unless `value` matches
+    /// `^[A-Za-z0-9_-]{22}$`.
     pub fn parse(value: &str) -> Result<Self, LockError> {
         let well_formed = value.len() == Self::LEN
             && value

@@ -10,13 +10,13 @@ use crate::time::ttl_millis;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum OnLost {
-    /// Drop the work's future and return [`LockError::LockLost`]. The default: work that runs
-    /// on after losing its lock may collide with the next owner.
+    /// Drop the work's future and return [`ErrorCode::LockLost`](crate::ErrorCode::LockLost). The
+    /// default: work that runs on after losing its lock may collide with the next owner.
     #[default]
     Cancel,
     /// Let the work run on; it can watch the guard's [`lost`](crate::LockHandle::lost) itself.
-    /// Its result is still replaced by [`LockError::LockLost`]: it was not made under the lock
-    /// throughout.
+    /// Its result is still replaced by [`ErrorCode::LockLost`](crate::ErrorCode::LockLost): it
+    /// was not made under the lock throughout.
     Notify,
 }
 
@@ -225,7 +225,8 @@ impl LockOptionsBuilder {
     /// The options, once their values are checked.
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] for a ttl or a `min_hold` under 1 ms or over 365 days.
+    /// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for a ttl or a `min_hold`
+    /// under 1 ms or over 365 days.
     pub fn build(self) -> Result<LockOptions, LockError> {
         ttl_millis(self.options.ttl)?;
         if let Some(min_hold) = self.options.min_hold {

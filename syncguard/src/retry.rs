@@ -26,8 +26,8 @@ pub enum Jitter {
 
 /// Waiting for a lock: how many attempts, how far apart, and for how long in total.
 ///
-/// Giving up is [`LockError::AcquisitionTimeout`](crate::LockError::AcquisitionTimeout), or
-/// [`LockError::Contended`](crate::LockError::Contended) when the policy allowed no wait.
+/// Giving up is [`ErrorCode::AcquisitionTimeout`](crate::ErrorCode::AcquisitionTimeout), or
+/// [`ErrorCode::Contended`](crate::ErrorCode::Contended) when the policy allowed no wait.
 /// [`wait_for`](Self::wait_for) is the usual way to say "wait up to this long".
 ///
 /// # Default
@@ -112,7 +112,7 @@ impl RetryPolicy {
     }
 
     /// One attempt: contention fails at once, with
-    /// [`LockError::Contended`](crate::LockError::Contended).
+    /// [`ErrorCode::Contended`](crate::ErrorCode::Contended).
     pub const fn single_attempt() -> Self {
         Self::new().with_max_retries(0)
     }

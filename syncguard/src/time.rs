@@ -44,7 +44,8 @@ pub fn now_ms() -> u64 {
 /// Checks a ttl and converts it to whole milliseconds (sub-millisecond parts are dropped).
 ///
 /// # Errors
-/// [`LockError::InvalidArgument`] for a ttl under 1 ms or over [`MAX_TTL`].
+/// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for a ttl under 1 ms or over
+/// [`MAX_TTL`].
 pub fn ttl_millis(ttl: Duration) -> Result<u64, LockError> {
     if ttl > MAX_TTL {
         return Err(LockError::invalid_argument(format!(
@@ -63,7 +64,7 @@ pub fn ttl_millis(ttl: Duration) -> Result<u64, LockError> {
 /// [`MAX_TTL`] past the local clock. Expiries in the past are valid: they leave a lock expired.
 ///
 /// # Errors
-/// [`LockError::InvalidArgument`] for an expiry further ahead.
+/// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for an expiry further ahead.
 ///
 /// [`LockBackend::expire_at`]: crate::backend::LockBackend::expire_at
 pub fn check_expiry(expires_at_ms: u64) -> Result<u64, LockError> {

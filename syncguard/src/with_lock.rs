@@ -11,10 +11,10 @@ use crate::options::LockOptions;
 ///
 /// It returns the work's result only if the lock was held until the work finished: see
 /// [`LockGuard::run`] for what a loss does (with the default [`OnLost::Cancel`](crate::OnLost)
-/// the work is dropped at once and [`LockError::LockLost`] returned). The final release is
-/// [`LockGuard::release_in_background`]: waited for up to a second, then left to the
-/// background, its errors logged, not returned. The work runs in the hold's `syncguard.hold`
-/// span.
+/// the work is dropped at once and [`ErrorCode::LockLost`](crate::ErrorCode::LockLost)
+/// returned). The final release is [`LockGuard::release_in_background`]: waited for up to a
+/// second, then left to the background, its errors logged, not returned. The work runs in the
+/// hold's `syncguard.hold` span.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {
@@ -33,7 +33,8 @@ use crate::options::LockOptions;
 ///
 /// # Errors
 /// The work's own error, or a [`LockError`] converted into `E`: acquisition failures as in
-/// [`acquire`], and [`LockError::LockLost`] when the lock was lost before the work finished.
+/// [`acquire`], and [`ErrorCode::LockLost`](crate::ErrorCode::LockLost) when the lock was lost
+/// before the work finished.
 pub async fn with_lock<B, F, T, E>(
     backend: &B,
     key: &str,

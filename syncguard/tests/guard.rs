@@ -228,16 +228,10 @@ async fn waiting_gives_up_at_the_timeout() {
     assert_eq!(error.code(), ErrorCode::AcquisitionTimeout);
     assert!(waited >= Duration::from_millis(450), "{waited:?}");
     assert!(waited < Duration::from_secs(5), "{waited:?}");
-    let LockError::AcquisitionTimeout {
-        attempts,
-        elapsed,
-        lock,
-    } = &error
-    else {
-        panic!("a wait that ran out: {error}")
-    };
-    assert!(*attempts > 2, "{attempts}");
-    assert!(*elapsed >= Duration::from_millis(450) && *elapsed <= waited);
+    let (attempts, elapsed) = (error.attempts().unwrap(), error.waited().unwrap());
+    let lock = error.lock().unwrap();
+    assert!(attempts > 2, "{attempts}");
+    assert!(elapsed >= Duration::from_millis(450) && elapsed <= waited);
     assert_eq!(lock.key_hash(), hash_key("wait:2"));
     assert!(
         error
@@ -265,10 +259,8 @@ async fn retries_are_counted_and_single_attempt_is_contended_at_once() {
     });
     let before = backend.calls.load(Ordering::SeqCst);
     let error = acquire(&backend, "wait:3", &counted).await.unwrap_err();
-    assert!(
-        matches!(error, LockError::AcquisitionTimeout { attempts: 4, .. }),
-        "{error}"
-    );
+    assert_eq!(error.code(), ErrorCode::AcquisitionTimeout, "{error}");
+    assert_eq!(error.attempts(), Some(4), "{error}");
     assert_eq!(backend.calls.load(Ordering::SeqCst) - before, 4);
 
     for once in [
@@ -282,12 +274,8 @@ async fn retries_are_counted_and_single_attempt_is_contended_at_once() {
         let error = acquire(&backend, "wait:3", &options(|o| o.retry(once)))
             .await
             .unwrap_err();
-        assert!(
-            matches!(error, LockError::Contended { .. }),
-            "{once:?}: {error}"
-        );
+        assert_eq!(error.code(), ErrorCode::Contended, "{once:?}: {error}");
         assert!(error.is_contended() && error.is_retryable());
-        assert_eq!(error.code(), ErrorCode::Contended);
         assert_eq!(error.lock().unwrap().key_hash(), hash_key("wait:3"));
         assert_eq!(backend.calls.load(Ordering::SeqCst) - before, 1, "{once:?}");
         assert!(started.elapsed() < Duration::from_secs(1));
@@ -537,7 +525,7 @@ async fn with_lock_converts_errors_and_releases_on_every_path() {
     })
     .await;
     assert!(
-        matches!(busy, Err(JobError::Lock(LockError::Contended { .. }))),
+        matches!(&busy, Err(JobError::Lock(error)) if error.code() == ErrorCode::Contended),
         "{busy:?}"
     );
 }
@@ -562,13 +550,9 @@ async fn run_takes_on_lost_from_the_options() {
     )
     .await
     .expect("cancelled on the loss");
-    match result {
-        Err(LockError::LockLost { lock, reason }) => {
-            assert_eq!(reason, LostReason::NotHeld);
-            assert_eq!(lock.key_hash(), hash_key("run:cancel"));
-        }
-        other => panic!("expected LockLost: {other:?}"),
-    }
+    let error = result.expect_err("expected LockLost");
+    assert_eq!(error.lost_reason(), Some(LostReason::NotHeld), "{error}");
+    assert_eq!(error.lock().unwrap().key_hash(), hash_key("run:cancel"));
     guard.release_in_background().await;
 
     // Notify: the work runs to its end, and its result is still replaced by the loss.
@@ -588,14 +572,9 @@ async fn run_takes_on_lost_from_the_options() {
             reason
         })
         .await;
-    assert!(
-        matches!(
-            result,
-            Err(LockError::LockLost {
-                reason: LostReason::NotHeld,
-                ..
-            })
-        ),
+    assert_eq!(
+        result.as_ref().err().and_then(LockError::lost_reason),
+        Some(LostReason::NotHeld),
         "{result:?}"
     );
     guard.release_in_background().await;
@@ -791,7 +770,7 @@ async fn acquiring_with_a_polled_heartbeat_waits_as_the_options_say() {
     let error = acquire_with_polled_heartbeat(&backend, "now:p", &once)
         .await
         .unwrap_err();
-    assert!(matches!(error, LockError::Contended { .. }), "{error}");
+    assert_eq!(error.code(), ErrorCode::Contended, "{error}");
     // With a wait, it takes the key once it is released.
     let waiting = options(|o| o.retry(quick_retry()));
     let later = {
@@ -820,7 +799,50 @@ async fn a_loss_token_asked_for_after_the_loss_is_already_cancelled() {
     }
     assert!(guard.lost_token().is_cancelled());
     let reason = timeout(Duration::from_secs(1), guard.lost()).await.unwrap();
-    assert_eq!(reason, LostReason::LeaseExpired);
+    assert_eq!(reason, LostReason::TtlElapsed, "the heartbeat was off");
+}
+
+/// A lease that ran out says what happened and what to change: with the heartbeat off, that
+/// nothing was extending it (a longer ttl, or the heartbeat on); with the heartbeat on but its
+/// extends failing, that it expired before it could be extended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_that_ran_out_says_whether_the_heartbeat_was_off() {
+    let backend = Flaky::default();
+    let off = options(|o| o.ttl(Duration::from_millis(300)).heartbeat(false));
+    let on = ttl(Duration::from_millis(600));
+    let cases = [
+        (
+            off,
+            LostReason::TtlElapsed,
+            "the ttl ran out with the heartbeat off, so nothing extended the lease; give a longer ttl, or turn the heartbeat on",
+        ),
+        (
+            on,
+            LostReason::LeaseExpired,
+            "the lease expired before it could be extended",
+        ),
+    ];
+    for (options, reason, says) in cases {
+        // The heartbeat, where on, fails: only the ttl decides.
+        backend.failing_extends.store(true, Ordering::SeqCst);
+        let work = async |_: &LockGuard| {
+            sleep(Duration::from_secs(3600)).await;
+            Ok::<_, LockError>(())
+        };
+        let error = timeout(
+            Duration::from_secs(10),
+            with_lock(&backend, &format!("lapse:{reason:?}"), &options, work),
+        )
+        .await
+        .expect("lost at the end of the lease")
+        .unwrap_err();
+        assert_eq!(error.lost_reason(), Some(reason), "{error}");
+        let text = error.to_string();
+        assert!(
+            text.ends_with(&format!("lost while held: {says}")),
+            "{text}"
+        );
+    }
 }
 
 #[test]

@@ -39,7 +39,7 @@ async fn stale_holder_is_refused_by_its_fence() {
         .await
         .unwrap();
     let a_fence = a.fence();
-    assert_eq!(a.lost().await, LostReason::LeaseExpired);
+    assert_eq!(a.lost().await, LostReason::TtlElapsed);
 
     // Holder B gets the lock once A's lease and the tolerance have passed, and writes.
     let patient = LockOptions::builder()

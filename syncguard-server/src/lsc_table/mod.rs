@@ -93,7 +93,7 @@ impl std::fmt::Debug for LscTableBackend {
 /// that our side tables' names (`<table>_syncguard`, `<table>_fences`) fit as well.
 ///
 /// # Errors
-/// [`LockError::InvalidArgument`] saying what is wrong.
+/// [`ErrorCode::InvalidArgument`](syncguard::ErrorCode::InvalidArgument) saying what is wrong.
 pub fn validate_table_name(table: &str) -> Result<(), LockError> {
     let mut chars = table.chars();
     let well_formed = chars
@@ -118,7 +118,8 @@ impl LscTableBackend {
     /// The backend on `table` through `pool` (nothing is created: see [`setup`](Self::setup)).
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] for a table name [`validate_table_name`] refuses.
+    /// [`ErrorCode::InvalidArgument`](syncguard::ErrorCode::InvalidArgument) for a table name
+    /// [`validate_table_name`] refuses.
     pub fn new(pool: PgPool, table: &str) -> Result<Self, LockError> {
         validate_table_name(table)?;
         Ok(Self {

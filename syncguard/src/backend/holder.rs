@@ -17,7 +17,7 @@ pub const MAX_HOLDER_BYTES: usize = 1024;
 /// ```
 ///
 /// # Errors
-/// [`LockError::InvalidArgument`] saying what is wrong.
+/// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) saying what is wrong.
 pub fn check_holder(holder: &str) -> Result<(), LockError> {
     if holder.is_empty() {
         return Err(LockError::invalid_argument(

@@ -53,7 +53,7 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// Backends do not retry, wait or heartbeat: [`acquire`](crate::acquire),
 /// [`with_lock`](crate::with_lock) and [`LockGuard`](crate::LockGuard) do that on top of any
 /// backend. Every method validates its arguments before any I/O and fails with
-/// [`LockError::InvalidArgument`] without changing anything.
+/// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) without changing anything.
 ///
 /// The trait is object safe (`Arc<dyn LockBackend>` is itself a backend) and its futures are
 /// `Send`. To implement it, write `Box::pin(async move { ... })` bodies and run the
@@ -131,7 +131,7 @@ pub trait LockBackend: Send + Sync {
     /// For services that lock on behalf of clients identified by something other than a lock
     /// id (such as `syncguard-server`). Only backends whose
     /// [`capabilities`](Self::capabilities) say `holders` implement it; the others return
-    /// [`LockError::InvalidArgument`].
+    /// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument).
     fn acquire_as<'a>(
         &'a self,
         key: &'a str,
@@ -173,8 +173,8 @@ pub trait LockBackend: Send + Sync {
     /// releases in the backends' documentation).
     ///
     /// The built-in backends implement it; the default refuses with
-    /// [`LockError::InvalidArgument`], and a guard with `min_hold` then fails its release
-    /// (the lock expires at the end of its lease).
+    /// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument), and a guard with
+    /// `min_hold` then fails its release (the lock expires at the end of its lease).
     fn expire_at<'a>(
         &'a self,
         lock_id: &'a LockId,

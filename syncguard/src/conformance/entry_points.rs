@@ -24,6 +24,26 @@ fn hasty() -> LockOptions {
         .expect("valid options")
 }
 
+/// A contended error carries the holder's expiry as the refusal reported it: the holder's
+/// own, as it stood between `before` (read before the attempt) and now (a heartbeat may have
+/// extended it since), and its remaining lease at most the ttl plus the tolerance (and a
+/// second for the clocks of a server on this host, which may tick apart by milliseconds).
+fn assert_holder_expiry(error: &LockError, before: u64, holder: &crate::LockGuard) {
+    let expiry = error
+        .holder_expires_at_ms()
+        .unwrap_or_else(|| panic!("the refusal's holder expiry is carried: {error:?}"));
+    assert!(
+        (before..=holder.expires_at_ms()).contains(&expiry),
+        "{expiry} is not the holder's expiry ({before}..={})",
+        holder.expires_at_ms()
+    );
+    let left = error.holder_lease_left().expect("a lease left");
+    assert!(
+        left <= holder.ttl() + Duration::from_millis(crate::time::TIME_TOLERANCE_MS + 1000),
+        "{left:?}"
+    );
+}
+
 /// `try_acquire` takes a free key, answers `Ok(None)` on a held one and changes nothing
 /// there: the holder keeps its lock (same lock id, fence and expiry), and the next real
 /// acquisition after the release gets the holder's fence plus one.
@@ -98,22 +118,24 @@ pub async fn try_acquire_on_a_held_key_changes_nothing<B: LockBackend + Clone + 
     assert!(next.release().await.unwrap());
 }
 
-/// `acquire` on a held key: [`LockError::Contended`] when the policy allows no wait (after
-/// exactly one attempt, the holder untouched), [`LockError::AcquisitionTimeout`] when the
-/// wait runs out, and the lock itself when it is released within
-/// [`RetryPolicy::wait_for`].
+/// `acquire` on a held key: [`ErrorCode::Contended`](crate::ErrorCode::Contended) when the policy
+/// allows no wait (after exactly one attempt, the holder untouched),
+/// [`ErrorCode::AcquisitionTimeout`](crate::ErrorCode::AcquisitionTimeout) when the wait runs out,
+/// and the lock itself when it is released within [`RetryPolicy::wait_for`].
 pub async fn acquire_waits_only_when_asked<B: LockBackend + Clone + 'static>(backend: B) {
     let key = unique_key("waiting");
     let holder = crate::acquire(&backend, &key, &hasty()).await.unwrap();
 
     let started = Instant::now();
+    let before = holder.expires_at_ms();
     let error = crate::acquire(&backend, &key, &hasty()).await.unwrap_err();
-    assert!(
-        matches!(error, LockError::Contended { .. }),
+    assert_eq!(
+        error.code(),
+        ErrorCode::Contended,
         "a single attempt on a held key: {error}"
     );
     assert!(error.is_contended() && error.is_retryable(), "{error}");
-    assert_eq!(error.code(), ErrorCode::Contended);
+    assert_holder_expiry(&error, before, &holder);
     assert!(started.elapsed() < Duration::from_secs(5), "no wait");
     assert!(holder.is_held());
     assert_contended(&backend, &key).await;
@@ -126,18 +148,19 @@ pub async fn acquire_waits_only_when_asked<B: LockBackend + Clone + 'static>(bac
         .build()
         .unwrap();
     let started = Instant::now();
+    let before = holder.expires_at_ms();
     let error = crate::acquire(&backend, &key, &brief).await.unwrap_err();
     let waited = started.elapsed();
-    match &error {
-        LockError::AcquisitionTimeout {
-            attempts, elapsed, ..
-        } => {
-            assert!(*attempts >= 2, "a wait retries: {error}");
-            assert!(*elapsed >= wait - Duration::from_millis(50), "{error}");
-            assert!(*elapsed <= waited, "{error}");
-        }
-        other => panic!("a wait that ran out is AcquisitionTimeout: {other}"),
-    }
+    assert_eq!(
+        error.code(),
+        ErrorCode::AcquisitionTimeout,
+        "a wait that ran out: {error}"
+    );
+    let (attempts, elapsed) = (error.attempts().unwrap(), error.waited().unwrap());
+    assert!(attempts >= 2, "a wait retries: {error}");
+    assert!(elapsed >= wait - Duration::from_millis(50), "{error}");
+    assert!(elapsed <= waited, "{error}");
+    assert_holder_expiry(&error, before, &holder);
     assert!(error.is_contended(), "{error}");
     assert_eq!(error.code(), ErrorCode::AcquisitionTimeout);
     assert!(!error.to_string().contains("1 attempts"), "{error}");
@@ -185,12 +208,9 @@ pub async fn errors_name_the_lock<B: LockBackend + Clone + 'static>(backend: B) 
     let waited = crate::acquire(&backend, &key, &waited_options)
         .await
         .unwrap_err();
-    assert!(matches!(hidden, LockError::Contended { .. }), "{hidden}");
-    assert!(matches!(shown, LockError::Contended { .. }), "{shown}");
-    assert!(
-        matches!(waited, LockError::AcquisitionTimeout { .. }),
-        "{waited}"
-    );
+    assert_eq!(hidden.code(), ErrorCode::Contended, "{hidden}");
+    assert_eq!(shown.code(), ErrorCode::Contended, "{shown}");
+    assert_eq!(waited.code(), ErrorCode::AcquisitionTimeout, "{waited}");
 
     let name = hidden.lock().expect("a contention error names its lock");
     assert_eq!(name.key_hash(), hash_key(&key));
@@ -231,14 +251,11 @@ pub async fn errors_name_the_lock<B: LockBackend + Clone + 'static>(backend: B) 
     .await
     .expect("the work should have been cancelled")
     .unwrap_err();
-    match &lost {
-        LockError::LockLost { lock, reason } => {
-            assert_eq!(*reason, LostReason::NotHeld);
-            assert_eq!(lock.key_hash(), hash_key(&key));
-            assert_eq!(lock.key(), Some(key.as_str()));
-        }
-        other => panic!("expected LockLost: {other}"),
-    }
+    assert!(lost.is_lock_lost(), "expected LockLost: {lost}");
+    assert_eq!(lost.lost_reason(), Some(LostReason::NotHeld));
+    let lock = lost.lock().expect("a loss names its lock");
+    assert_eq!(lock.key_hash(), hash_key(&key));
+    assert_eq!(lock.key(), Some(key.as_str()));
     assert_eq!(
         lost.lock().map(|name| name.key_hash()),
         Some(&*hash_key(&key))

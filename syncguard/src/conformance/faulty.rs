@@ -28,6 +28,8 @@ use crate::lock_id::LockId;
 /// let backend = FaultyBackend::new(MemoryBackend::new());
 /// backend.acquire("job:1", Duration::from_secs(5)).await.unwrap();
 /// assert_eq!(backend.operations(), 1);
+/// assert!(backend.is_locked("job:1").await.unwrap());
+/// assert_eq!(backend.reads(), 1);
 ///
 /// backend.fail(true);
 /// let error = backend.acquire("job:2", Duration::from_secs(5)).await.unwrap_err();
@@ -50,6 +52,8 @@ struct State {
     acquires: AtomicU64,
     /// Acquires, releases and extends (both kinds).
     operations: AtomicU64,
+    /// Lookups and `is_locked` calls.
+    reads: AtomicU64,
 }
 
 impl std::fmt::Debug for FaultyBackend {
@@ -82,7 +86,8 @@ impl FaultyBackend {
         }
     }
 
-    /// While `failing`, every call fails with [`LockError::ServiceUnavailable`] before it
+    /// While `failing`, every call fails with
+    /// [`ErrorCode::ServiceUnavailable`](crate::ErrorCode::ServiceUnavailable) before it
     /// reaches the store (so it changes nothing).
     pub fn fail(&self, failing: bool) {
         self.state.failing.store(failing, Ordering::SeqCst);
@@ -118,6 +123,12 @@ impl FaultyBackend {
     /// answered.
     pub fn operations(&self) -> u64 {
         self.state.operations.load(Ordering::Relaxed)
+    }
+
+    /// Lookups and `is_locked` calls passed on to the wrapped backend so far: what a caller
+    /// read besides taking and keeping locks.
+    pub fn reads(&self) -> u64 {
+        self.state.reads.load(Ordering::Relaxed)
     }
 
     /// The faults that apply to every call.
@@ -200,6 +211,7 @@ impl LockBackend for FaultyBackend {
     fn is_locked<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
         Box::pin(async move {
             self.gate().await?;
+            self.state.reads.fetch_add(1, Ordering::Relaxed);
             self.inner.is_locked(key).await
         })
     }
@@ -210,6 +222,7 @@ impl LockBackend for FaultyBackend {
     ) -> BoxFuture<'a, Result<Option<LockInfo>, LockError>> {
         Box::pin(async move {
             self.gate().await?;
+            self.state.reads.fetch_add(1, Ordering::Relaxed);
             self.inner.lookup(query).await
         })
     }

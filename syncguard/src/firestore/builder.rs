@@ -61,9 +61,10 @@ impl FirestoreBackendBuilder {
     /// backend on it.
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] for an invalid configuration or an empty project id
-    /// (before any I/O); [`LockError::AuthFailed`] when no usable credentials are found;
-    /// other client errors mapped as for operations.
+    /// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for an invalid
+    /// configuration or an empty project id
+    /// (before any I/O); [`ErrorCode::AuthFailed`](crate::ErrorCode::AuthFailed) when no usable
+    /// credentials are found; other client errors mapped as for operations.
     ///
     /// ```no_run
     /// # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {

@@ -7,7 +7,8 @@ use crate::error::LockError;
 /// Validated when the backend is built: each collection must be a valid Firestore collection
 /// id (non-empty, at most 1500 bytes, no `/`, not `.` or `..`, not of the reserved form
 /// `__name__`), and the two collections must differ, so that removing lock documents can never
-/// reach fence counters. Anything else is [`LockError::InvalidArgument`].
+/// reach fence counters. Anything else is
+/// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument).
 ///
 /// # Default
 /// | setting | default |
@@ -91,8 +92,8 @@ impl FirestoreConfig {
     /// after a random pause of up to 20 ms for the first retry, the bound doubling with each
     /// retry up to 500 ms (with the default 10 retries, at most about 3 s of pauses in all):
     /// retries are bounded. When they run out (at once with `0`), the operation fails with
-    /// [`LockError::ServiceUnavailable`], which is retryable. Other errors are never retried
-    /// here.
+    /// [`ErrorCode::ServiceUnavailable`](crate::ErrorCode::ServiceUnavailable), which is retryable.
+    /// Other errors are never retried here.
     ///
     /// ```
     /// let config = syncguard::firestore::FirestoreConfig::new().with_max_transaction_retries(0);
@@ -134,7 +135,8 @@ impl FirestoreConfig {
     /// Checks the collection names.
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] saying which name is wrong and what is accepted.
+    /// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) saying which name is wrong
+    /// and what is accepted.
     ///
     /// ```
     /// use syncguard::firestore::FirestoreConfig;

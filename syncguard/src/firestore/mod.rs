@@ -47,8 +47,8 @@
 //!
 //! [`FirestoreConfig`] names other collections. Document ids cannot contain `/`, so keys
 //! containing `/` (and the reserved ids `.`, `..` and `__name__`) are rejected with
-//! [`LockError::InvalidArgument`] before any I/O. Keys holding code points unassigned in one
-//! side's Unicode version can be stored under two names: see
+//! [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) before any I/O. Keys holding
+//! code points unassigned in one side's Unicode version can be stored under two names: see
 //! [`key`](crate::key#unicode-the-limit-of-the-compatibility-promise).
 //!
 //! ## Transactions
@@ -69,7 +69,8 @@
 //! from its reads, up to [`FirestoreConfig::with_max_transaction_retries`] times (10 by
 //! default) after randomized pauses (up to 20 ms, doubling to at most 500 ms: about 3 s in all
 //! at worst). So contention on a key shows up as [`AcquireOutcome::Contended`], not as an
-//! error; if the retries run out, the operation fails with [`LockError::ServiceUnavailable`]
+//! error; if the retries run out, the operation fails with
+//! [`ErrorCode::ServiceUnavailable`](crate::ErrorCode::ServiceUnavailable)
 //! (retryable). Within one process, acquires of one key also take turns before their commit,
 //! so they do not conflict at all. Waiting for a held lock is left to
 //! [`acquire`](crate::acquire())'s retry policy, as for every backend.
@@ -215,7 +216,8 @@ impl FirestoreBackend {
     /// A backend on an existing client, after validating `config`.
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] for invalid or equal collection names.
+    /// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for invalid or equal
+    /// collection names.
     ///
     /// ```no_run
     /// use syncguard::firestore::{FirestoreBackend, FirestoreConfig};
@@ -245,7 +247,8 @@ impl FirestoreBackend {
     /// configuration, use the [`builder`](Self::builder).
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] for an empty project id; [`LockError::AuthFailed`] when
+    /// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for an empty project id;
+    /// [`ErrorCode::AuthFailed`](crate::ErrorCode::AuthFailed) when
     /// no usable credentials are found; other client errors mapped as for operations.
     ///
     /// ```no_run

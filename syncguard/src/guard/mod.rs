@@ -157,12 +157,8 @@ impl LockGuard {
     /// lock, or only notices when the lease runs out).
     ///
     /// Must be called within a tokio runtime.
-    pub(crate) fn start(
-        backend: Arc<dyn LockBackend>,
-        start: Start,
-        extends: bool,
-        by: HeartbeatBy,
-    ) -> Self {
+    pub(crate) fn start(backend: Arc<dyn LockBackend>, start: Start, by: HeartbeatBy) -> Self {
+        let extends = start.heartbeat;
         let shared = Arc::new(Shared::new(start));
         let registration = Registration::new(&backend, &shared);
         let heartbeat = match by {
@@ -278,7 +274,8 @@ impl LockGuard {
     /// before the answer came).
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] for a bad ttl, before any I/O; backend errors as they
+    /// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for a bad ttl, before any
+    /// I/O; backend errors as they
     /// come. The lock is not marked lost for those (the lease may still be valid), but an
     /// extend whose answer was lost may still be applied at any later time, cutting the lease
     /// to `ttl` from then: so from this call on, the guard counts every lease as at most

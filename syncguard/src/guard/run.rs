@@ -15,13 +15,14 @@ impl LockGuard {
     /// the work they are given.
     ///
     /// With [`OnLost::Cancel`] (the options' default) a loss drops `work` at once and returns
-    /// [`LockError::LockLost`], and the lease is checked against the clock before every poll
-    /// of `work`: after a stall (a frozen runtime, a blocked thread) the work takes no further
-    /// step once its lease has run out, whatever the runtime wakes first. With
-    /// [`OnLost::Notify`] the work runs on (it can watch [`lost`](crate::LockHandle::lost)). Either way, work that finishes when the lock is lost (its lease
-    /// ran out while it ran, even unnoticed because its thread was blocked) gets
-    /// `LockLost`, not its output: its side effects were not exclusive throughout, and the
-    /// [fence](crate::LockHandle::fence) is what lets a resource refuse them.
+    /// [`ErrorCode::LockLost`](crate::ErrorCode::LockLost), and the lease is checked against the
+    /// clock before every poll of `work`: after a stall (a frozen runtime, a blocked thread) the
+    /// work takes no further step once its lease has run out, whatever the runtime wakes first.
+    /// With [`OnLost::Notify`] the work runs on (it can watch [`lost`](crate::LockHandle::lost)).
+    /// Either way, work that finishes when the lock is lost (its lease ran out while it ran, even
+    /// unnoticed because its thread was blocked) gets `LockLost`, not its output: its side
+    /// effects were not exclusive throughout, and the [fence](crate::LockHandle::fence) is what
+    /// lets a resource refuse them.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {
@@ -36,7 +37,8 @@ impl LockGuard {
     /// ```
     ///
     /// # Errors
-    /// [`LockError::LockLost`] when the lock was lost before `work` finished.
+    /// [`ErrorCode::LockLost`](crate::ErrorCode::LockLost) when the lock was lost before `work`
+    /// finished.
     pub async fn run<F: Future>(&self, work: F) -> Result<F::Output, LockError> {
         let work = work.instrument(self.shared().span.clone());
         let output = match self.shared().on_lost {
@@ -73,9 +75,6 @@ impl LockGuard {
 
     /// The error for work whose lock was lost.
     pub(crate) fn lost_error(&self, reason: LostReason) -> LockError {
-        LockError::LockLost {
-            lock: self.shared().name.clone(),
-            reason,
-        }
+        LockError::lock_lost(self.shared().name.clone(), reason)
     }
 }

@@ -32,6 +32,9 @@ pub(crate) struct Shared {
     pub(super) fence: Fence,
     /// The ttl the heartbeat asks for.
     pub(super) ttl: Duration,
+    /// Whether the heartbeat extends the lease: a lease that runs out without it is
+    /// [`LostReason::TtlElapsed`], which says what to change.
+    pub(super) heartbeat: bool,
     pub(super) acquired_at: Instant,
     /// When the hold cap is reached; `None` without a cap.
     pub(super) hold_until: Option<Instant>,
@@ -111,6 +114,7 @@ pub(crate) struct Start {
     pub(crate) expires_at_ms: u64,
     pub(crate) sent_at: Instant,
     pub(crate) sent_wall_ms: u64,
+    pub(crate) heartbeat: bool,
     pub(crate) observer: Option<Arc<dyn LockObserver>>,
 }
 
@@ -128,6 +132,7 @@ impl Shared {
             expires_at_ms,
             sent_at,
             sent_wall_ms,
+            heartbeat,
             observer,
         } = start;
         let ttl = whole_millis(ttl);
@@ -157,6 +162,7 @@ impl Shared {
             lock_id,
             fence,
             ttl,
+            heartbeat,
             acquired_at: sent_at,
             hold_until,
             keep_until,
@@ -212,8 +218,10 @@ impl Shared {
         }
         let reason = if belief.reaches_cap || self.hold_until.is_some_and(|cap| now >= cap) {
             LostReason::MaxHoldReached
-        } else {
+        } else if self.heartbeat {
             LostReason::LeaseExpired
+        } else {
+            LostReason::TtlElapsed
         };
         Some(self.mark_lost(reason))
     }
@@ -436,6 +444,7 @@ mod tests {
             expires_at_ms: wall + 30_000,
             sent_at: Instant::now(),
             sent_wall_ms: wall,
+            heartbeat: true,
             observer: Some(observer),
         })
     }

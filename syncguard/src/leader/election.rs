@@ -237,7 +237,8 @@ impl Election {
     /// ```
     ///
     /// # Errors
-    /// [`LockError::AcquisitionTimeout`] when a [`retry`](ElectionBuilder::retry) policy with
+    /// [`ErrorCode::AcquisitionTimeout`](crate::ErrorCode::AcquisitionTimeout) when a
+    /// [`retry`](ElectionBuilder::retry) policy with
     /// a timeout gave up; backend errors as they come (they are not retried here:
     /// [`run_while_leader`](Self::run_while_leader) retries them).
     pub async fn campaign(&self) -> Result<Leadership, LockError> {
@@ -311,8 +312,10 @@ impl ElectionBuilder {
 
     /// How a [`campaign`](Election::campaign) waits, for example
     /// [`RetryPolicy::wait_for`] to give up after a while
-    /// ([`LockError::AcquisitionTimeout`]), or [`RetryPolicy::single_attempt`] to lead only if
-    /// nobody does ([`LockError::Contended`]). By default it waits for ever (see the table).
+    /// ([`ErrorCode::AcquisitionTimeout`](crate::ErrorCode::AcquisitionTimeout)), or
+    /// [`RetryPolicy::single_attempt`] to lead only if
+    /// nobody does ([`ErrorCode::Contended`](crate::ErrorCode::Contended)). By default it waits for
+    /// ever (see the table).
     pub fn retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = Some(retry);
         self
@@ -320,8 +323,8 @@ impl ElectionBuilder {
 
     /// What a lost leadership does to the work run with [`Leadership::run`] and
     /// [`Election::run_while_leader`]: cancel it at once (the default), or let it run on and
-    /// watch [`Leadership::lost`] itself (`run_while_leader` then campaigns again only once
-    /// the work has returned).
+    /// watch [`lost`](crate::LockHandle::lost) itself (`run_while_leader` then campaigns again
+    /// only once the work has returned).
     pub fn on_lost(mut self, on_lost: OnLost) -> Self {
         self.on_lost = on_lost;
         self
@@ -344,7 +347,8 @@ impl ElectionBuilder {
     /// The election, once its values are checked.
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] for an empty name or one whose key (`leader:{name}`)
+    /// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for an empty name or one
+    /// whose key (`leader:{name}`)
     /// is not a valid lock key (over 512 bytes, a NUL character), an invalid identity, a ttl
     /// out of range, a zero `observe_every`, or a backend that does not store holders.
     pub fn build(self) -> Result<Election, LockError> {

@@ -80,8 +80,8 @@ impl Leadership {
 
     /// Runs `work` while leading: as [`LockGuard::run`], with the election's
     /// [`on_lost`](super::ElectionBuilder::on_lost). By default a loss drops `work` at once
-    /// and returns [`LockError::LockLost`]; work that finishes after leadership was lost gets
-    /// `LockLost` too, not its output.
+    /// and returns [`ErrorCode::LockLost`](crate::ErrorCode::LockLost); work that finishes after
+    /// leadership was lost gets `LockLost` too, not its output.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {
@@ -102,7 +102,8 @@ impl Leadership {
     /// ```
     ///
     /// # Errors
-    /// [`LockError::LockLost`] when leadership was lost before `work` finished.
+    /// [`ErrorCode::LockLost`](crate::ErrorCode::LockLost) when leadership was lost before `work`
+    /// finished.
     pub async fn run<F: Future>(&self, work: F) -> Result<F::Output, LockError> {
         self.guard.run(work).await
     }

@@ -87,12 +87,13 @@ impl LeaderWatch {
     /// returned at once.
     ///
     /// # Errors
-    /// [`LockError::Aborted`] when the observing task is gone: its runtime is shutting down.
+    /// [`ErrorCode::Aborted`](crate::ErrorCode::Aborted) when the observing task is gone: its
+    /// runtime is shutting down.
     pub async fn changed(&mut self) -> Result<Option<Leader>, LockError> {
         self.receiver
             .changed()
             .await
-            .map_err(|_| LockError::Aborted)?;
+            .map_err(|_| LockError::aborted())?;
         Ok(self.receiver.borrow_and_update().clone())
     }
 
@@ -123,7 +124,7 @@ impl LeaderWatch {
             .receiver
             .wait_for(|leader| predicate(leader.as_ref()))
             .await
-            .map_err(|_| LockError::Aborted)?;
+            .map_err(|_| LockError::aborted())?;
         Ok(leader.clone())
     }
 

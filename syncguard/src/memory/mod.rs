@@ -42,7 +42,7 @@ use crate::backend::ReleaseNotifier;
 /// processes: use PostgreSQL, Redis or Firestore for that. So there is nothing to set up, no
 /// storage layout to share with other services, and no I/O to fail: keys are checked and
 /// normalized as by every backend ([`normalize_key`](crate::key::normalize_key)), and bad
-/// input (a key, a ttl) is [`LockError::InvalidArgument`](crate::LockError::InvalidArgument).
+/// input (a key, a ttl) is [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), syncguard::LockError> {

@@ -80,13 +80,16 @@ impl PostgresBackendBuilder {
     /// [`setup_schema`](super::setup_schema)).
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] for a bad configuration or URL, or a URL naming a
-    /// database the server does not have;
-    /// [`LockError::ServiceUnavailable`] at once when nothing listens at the URL's address;
-    /// [`LockError::NetworkTimeout`] when connecting takes longer than the connect timeout;
-    /// [`LockError::ServiceUnavailable`] when TLS fails (the server's certificate rejected, or
+    /// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for a bad configuration or
+    /// URL, or a URL naming a database the server does not have;
+    /// [`ErrorCode::ServiceUnavailable`](crate::ErrorCode::ServiceUnavailable) at once when nothing
+    /// listens at the URL's address;
+    /// [`ErrorCode::NetworkTimeout`](crate::ErrorCode::NetworkTimeout) when connecting takes longer
+    /// than the connect timeout;
+    /// [`ErrorCode::ServiceUnavailable`](crate::ErrorCode::ServiceUnavailable) when TLS fails (the
+    /// server's certificate rejected, or
     /// an `sslmode` that needs TLS without the `postgres-tls` feature); other mapped
-    /// connection errors (for example [`LockError::AuthFailed`]).
+    /// connection errors (for example [`ErrorCode::AuthFailed`](crate::ErrorCode::AuthFailed)).
     ///
     /// ```no_run
     /// # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {

@@ -10,7 +10,7 @@ use crate::error::LockError;
 /// be a plain SQL identifier (`[A-Za-z_][A-Za-z0-9_]*`), the lock table at most 40 bytes (its
 /// name prefixes the names of the indexes and functions the backend installs), the others at
 /// most 63, and the two tables must differ. Anything else, injection attempts included, is
-/// [`LockError::InvalidArgument`].
+/// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument).
 ///
 /// # Default
 /// | setting | default |
@@ -152,7 +152,8 @@ impl PostgresConfig {
     /// connection of [`PostgresBackendBuilder::build`](super::PostgresBackendBuilder::build)
     /// (and [`PostgresBackend::connect`](super::PostgresBackend::connect)), the fresh
     /// connection an operation is retried on, and the waiters' listening connection. A refused connection (no server on that
-    /// port) is reported at once as [`LockError::ServiceUnavailable`], not after this.
+    /// port) is reported at once as
+    /// [`ErrorCode::ServiceUnavailable`](crate::ErrorCode::ServiceUnavailable), not after this.
     #[must_use]
     pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
@@ -160,7 +161,8 @@ impl PostgresConfig {
     }
 
     /// How long an operation may wait for a pooled connection, opening one included; past
-    /// it, [`LockError::NetworkTimeout`] (or [`LockError::RateLimited`] when every pooled
+    /// it, [`ErrorCode::NetworkTimeout`](crate::ErrorCode::NetworkTimeout) (or
+    /// [`ErrorCode::RateLimited`](crate::ErrorCode::RateLimited) when every pooled
     /// connection stayed busy).
     #[must_use]
     pub fn with_acquire_timeout(mut self, timeout: Duration) -> Self {
@@ -169,7 +171,8 @@ impl PostgresConfig {
     }
 
     /// How long one statement may take once it has a connection; past it,
-    /// [`LockError::NetworkTimeout`], and the connection is closed rather than reused (its
+    /// [`ErrorCode::NetworkTimeout`](crate::ErrorCode::NetworkTimeout), and the connection is
+    /// closed rather than reused (its
     /// state is unknown). It also bounds the listening connection's `LISTEN` and its checks.
     #[must_use]
     pub fn with_operation_timeout(mut self, timeout: Duration) -> Self {
@@ -244,8 +247,8 @@ impl PostgresConfig {
     /// Checks the names and the timeouts.
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] saying which name or timeout is wrong and what is
-    /// accepted.
+    /// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) saying which name or
+    /// timeout is wrong and what is accepted.
     pub fn validate(&self) -> Result<(), LockError> {
         for (what, timeout) in [
             ("connect_timeout", self.connect_timeout),

@@ -7,8 +7,10 @@ use sqlx::PgPool;
 use crate::error::{BoxError, LockError};
 
 /// Maps a sqlx error; `pool`, when known, tells a pool timeout caused by exhaustion (all
-/// connections busy: [`LockError::RateLimited`]) from one caused by a slow or unreachable
-/// server ([`LockError::NetworkTimeout`]), and names the database a missing one was.
+/// connections busy: [`ErrorCode::RateLimited`](crate::ErrorCode::RateLimited)) from one caused by
+/// a slow or unreachable
+/// server ([`ErrorCode::NetworkTimeout`](crate::ErrorCode::NetworkTimeout)), and names the database
+/// a missing one was.
 ///
 /// The message says what happened in our words (with the SQLSTATE for database errors) and
 /// what to do; the driver's error is only the [`source`](std::error::Error::source), so that

@@ -76,7 +76,8 @@
 //! when the catalog lacks them, so that later runs never lock the table exclusively (an `ALTER
 //! TABLE` would, even with `IF NOT EXISTS`, and would queue every lock operation behind any long
 //! reader of the table, such as a `pg_dump`). Until it has run on a table without these
-//! columns, acquires, releases and lookups fail with [`LockError::Internal`] saying to run it,
+//! columns, acquires, releases and lookups fail with
+//! [`ErrorCode::Internal`](crate::ErrorCode::Internal) saying to run it,
 //! having changed nothing. The acquire function keeps its signature (the new version
 //! replaces the old one in place, and older processes calling it get the new one); the one of
 //! versions before holders (seven arguments) stays, for their processes still running during a
@@ -205,10 +206,10 @@
 //! ([`acquire_timeout`](PostgresConfig::with_acquire_timeout)), running the statement
 //! ([`operation_timeout`](PostgresConfig::with_operation_timeout)) and, for a retry, opening a
 //! connection ([`connect_timeout`](PostgresConfig::with_connect_timeout)). Past them an
-//! operation fails with [`LockError::NetworkTimeout`]: during a partition nothing waits
-//! longer. A server that refuses connections (down, or the wrong port) is
-//! [`LockError::ServiceUnavailable`] at once. Callers share the pool in the order they asked,
-//! one statement per checkout.
+//! operation fails with [`ErrorCode::NetworkTimeout`](crate::ErrorCode::NetworkTimeout): during a
+//! partition nothing waits longer. A server that refuses connections (down, or the wrong port) is
+//! [`ErrorCode::ServiceUnavailable`](crate::ErrorCode::ServiceUnavailable) at once. Callers share
+//! the pool in the order they asked, one statement per checkout.
 //!
 //! - A connection whose statement did not end normally (a timeout, an I/O error, a caller
 //!   that dropped the operation) is closed, never reused.
@@ -342,9 +343,10 @@ pub struct PostgresBackend {
 /// [`PostgresConfig::schema_sql`] as a migration instead.
 ///
 /// # Errors
-/// [`LockError::InvalidArgument`] for a bad configuration (before any I/O) or a pool whose
-/// database does not exist; mapped database errors (for example [`LockError::AuthFailed`]
-/// without the `CREATE` privilege).
+/// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for a bad configuration
+/// (before any I/O) or a pool whose
+/// database does not exist; mapped database errors (for example
+/// [`ErrorCode::AuthFailed`](crate::ErrorCode::AuthFailed) without the `CREATE` privilege).
 pub async fn setup_schema(pool: &PgPool, config: &PostgresConfig) -> Result<(), LockError> {
     let ddl = config.schema_sql()?;
     let mut tx = pool.begin().await.map_err(|e| map_error(e, Some(pool)))?;
@@ -371,7 +373,8 @@ impl PostgresBackend {
     /// A backend on `pool` with `config`. The schema must exist (see [`setup_schema`]).
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] for invalid table or schema names, or timeouts.
+    /// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for invalid table or
+    /// schema names, or timeouts.
     pub fn new(pool: PgPool, config: PostgresConfig) -> Result<Self, LockError> {
         let inner = Inner::new(config)?;
         let listener = inner
@@ -408,13 +411,16 @@ impl PostgresBackend {
     /// ```
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] for a bad URL, or one naming a database the server does
-    /// not have;
-    /// [`LockError::ServiceUnavailable`] at once when nothing listens at the URL's address;
-    /// [`LockError::NetworkTimeout`] when connecting takes longer than the connect timeout;
-    /// [`LockError::ServiceUnavailable`] when TLS fails (the server's certificate rejected, or
+    /// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for a bad URL, or one
+    /// naming a database the server does not have;
+    /// [`ErrorCode::ServiceUnavailable`](crate::ErrorCode::ServiceUnavailable) at once when nothing
+    /// listens at the URL's address;
+    /// [`ErrorCode::NetworkTimeout`](crate::ErrorCode::NetworkTimeout) when connecting takes longer
+    /// than the connect timeout;
+    /// [`ErrorCode::ServiceUnavailable`](crate::ErrorCode::ServiceUnavailable) when TLS fails (the
+    /// server's certificate rejected, or
     /// an `sslmode` that needs TLS without the `postgres-tls` feature); other mapped
-    /// connection errors (for example [`LockError::AuthFailed`]).
+    /// connection errors (for example [`ErrorCode::AuthFailed`](crate::ErrorCode::AuthFailed)).
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         Self::builder(url).build().await
     }

@@ -194,7 +194,7 @@ impl Default for NetConfig {
 /// braces and anything else would make derived keys or `SCAN` patterns ambiguous.
 ///
 /// # Errors
-/// [`LockError::InvalidArgument`] saying what is accepted.
+/// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) saying what is accepted.
 ///
 /// ```
 /// use syncguard::redis::validate_prefix;

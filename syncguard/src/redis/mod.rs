@@ -77,8 +77,9 @@
 //!
 //! A reply that does not come within the
 //! [response timeout](RedisBackendBuilder::response_timeout) (1 s by default) fails the call
-//! with [`LockError::NetworkTimeout`]. The multiplexed connection reconnects on its own;
-//! calls fail with [`LockError::ServiceUnavailable`] once its
+//! with [`ErrorCode::NetworkTimeout`](crate::ErrorCode::NetworkTimeout). The multiplexed connection
+//! reconnects on its own;
+//! calls fail with [`ErrorCode::ServiceUnavailable`](crate::ErrorCode::ServiceUnavailable) once its
 //! [reconnection attempts](RedisBackendBuilder::reconnect_retries) are spent.
 //!
 //! An acquire whose answer never came (the response timeout passed, the connection broke)

@@ -346,6 +346,7 @@ impl LockObserver for Observer {
         let reason = match reason {
             LostReason::NotHeld => "not_held",
             LostReason::LeaseExpired => "lease_expired",
+            LostReason::TtlElapsed => "ttl_elapsed",
             LostReason::MaxHoldReached => "max_hold_reached",
             LostReason::Shutdown => "shutdown",
         };

@@ -69,12 +69,15 @@ where
         .await
         .unwrap()
         .expect("the holder's thread panicked");
-    match &holder.outcome {
-        Err(LockError::LockLost { reason, .. }) => assert!(
+    match holder.outcome.as_ref().map_err(LockError::lost_reason) {
+        Err(Some(reason)) => assert!(
             matches!(reason, LostReason::LeaseExpired | LostReason::NotHeld),
             "the frozen holder lost its lease, not {reason:?}"
         ),
-        other => panic!("the frozen holder's work must end as lost, got {other:?}"),
+        _ => panic!(
+            "the frozen holder's work must end as lost, got {:?}",
+            holder.outcome
+        ),
     }
     assert!(
         successor_fence > holder.fence,
