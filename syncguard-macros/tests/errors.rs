@@ -58,7 +58,11 @@ async fn contention_converts_through_from() {
         .unwrap();
     // `wait = false`: one attempt, and the lock is busy.
     match once(&backend, 5).await {
-        Err(AppError::Lock(error)) => assert_eq!(error.code(), ErrorCode::Contended),
+        Err(AppError::Lock(error)) => {
+            assert_eq!(error.code(), ErrorCode::Contended);
+            // The hint names the macro's own way to wait.
+            assert!(error.to_string().contains("`wait = \"5s\"`"), "{error}");
+        }
         other => panic!("expected contention, got {other:?}"),
     }
     // `wait = "300ms"`: retries until the wait runs out.

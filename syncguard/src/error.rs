@@ -106,7 +106,7 @@ enum Repr {
     },
 
     #[error(
-        "lock {lock} is held by another owner; retry later, or wait for it with `RetryPolicy::wait_for`"
+        "lock {lock} is held by another owner; retry later, or wait for it (`RetryPolicy::wait_for` in the options, `wait = \"5s\"` in `#[locked]`)"
     )]
     Contended {
         lock: LockName,
