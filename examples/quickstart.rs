@@ -9,6 +9,9 @@ use syncguard::{LockOptions, MemoryBackend, RetryPolicy};
 
 #[tokio::main]
 async fn main() -> Result<(), syncguard::LockError> {
+    // syncguard reports what needs attention (a lost lock, a failed release) as `tracing`
+    // events: without a subscriber nobody sees them.
+    tracing_subscriber::fmt::init();
     let backend = MemoryBackend::new();
 
     // Four workers want the same key; they take turns, and every turn gets a larger fence.
@@ -57,5 +60,7 @@ async fn main() -> Result<(), syncguard::LockError> {
     }
     assert!(!guard.is_lost());
     println!("long job: done, released: {}", guard.release().await?);
+    // Release what is still held (the dropped guards' pending releases too) before exiting.
+    syncguard::shutdown(std::time::Duration::from_secs(5)).await;
     Ok(())
 }

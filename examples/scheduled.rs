@@ -35,6 +35,9 @@ async fn report(
 
 #[tokio::main]
 async fn main() -> Result<(), LockError> {
+    // syncguard reports what needs attention (a lost lock, a failed release) as `tracing`
+    // events: without a subscriber nobody sees them.
+    tracing_subscriber::fmt::init();
     // One store shared by the replicas (a PostgresBackend or RedisBackend across processes).
     let backend = MemoryBackend::new();
     let runs = Runs::default();
@@ -58,10 +61,11 @@ async fn main() -> Result<(), LockError> {
     for task in tasks {
         task.await.expect("replica")?;
     }
-    let runs = runs.lock().unwrap();
-    for (firing, by) in runs.iter() {
+    for (firing, by) in runs.lock().unwrap().iter() {
         assert_eq!(by.len(), 1, "firing {firing} ran once: {by:?}");
     }
     println!("5 firings on 3 replicas: each ran once");
+    // Release what is still held (the dropped guards' pending releases too) before exiting.
+    syncguard::shutdown(std::time::Duration::from_secs(5)).await;
     Ok(())
 }

@@ -51,6 +51,9 @@ async fn backend(url: Option<String>) -> Result<Arc<dyn LockBackend>, syncguard:
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    // syncguard reports what needs attention (a lost lock, a failed release) as `tracing`
+    // events: without a subscriber nobody sees them.
+    tracing_subscriber::fmt::init();
     let backend = backend(std::env::args().nth(1)).await?;
     // A short ttl frees the key soon after a replica crashes (the heartbeat keeps it while the
     // handler runs); a held key is answered 423 at once; no handler holds a key past a minute.
@@ -101,5 +104,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     c?;
     println!("-- once it is done, the same key runs again (a lock, not a replay; the fence grew):");
     send("order-17", "invoice 17").await?;
+    // Release what is still held (the dropped guards' pending releases too) before exiting.
+    syncguard::shutdown(std::time::Duration::from_secs(5)).await;
     Ok(())
 }

@@ -85,6 +85,9 @@ fn describe(leader: Option<&Leader>) -> String {
 
 #[tokio::main]
 async fn main() -> Result<(), LockError> {
+    // syncguard reports what needs attention (a lost lock, a failed release) as `tracing`
+    // events: without a subscriber nobody sees them.
+    tracing_subscriber::fmt::init();
     let url = std::env::args().nth(1);
     let backend = backend(url.as_deref()).await?;
 
@@ -146,5 +149,7 @@ async fn main() -> Result<(), LockError> {
         "at the end: {}",
         describe(observer.leader().await?.as_ref())
     );
+    // Release what is still held (the dropped guards' pending releases too) before exiting.
+    syncguard::shutdown(std::time::Duration::from_secs(5)).await;
     Ok(())
 }

@@ -32,6 +32,9 @@ async fn build_report(day: u32) -> Result<String, LockError> {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // syncguard reports what needs attention (a lost lock, a failed release) as `tracing`
+    // events: without a subscriber nobody sees them.
+    tracing_subscriber::fmt::init();
     let spans = InMemorySpanExporter::default();
     let metrics = InMemoryMetricExporter::default();
     let tracer_provider = SdkTracerProvider::builder()
@@ -62,6 +65,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(last) = metrics.get_finished_metrics()?.last() {
         print_metrics(last);
     }
+    // Release what is still held (the dropped guards' pending releases too) before exiting.
+    syncguard::shutdown(std::time::Duration::from_secs(5)).await;
     tracer_provider.shutdown()?;
     meter_provider.shutdown()?;
     Ok(())

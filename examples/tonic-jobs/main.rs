@@ -112,6 +112,9 @@ async fn call(url: String, job_id: &str) -> Result<String, Box<dyn std::error::E
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // syncguard reports what needs attention (a lost lock, a failed release) as `tracing`
+    // events: without a subscriber nobody sees them.
+    tracing_subscriber::fmt::init();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", listener.local_addr()?);
     let options = LockOptions::builder()
@@ -135,5 +138,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     println!("job 7: {}\njob 7: {}\njob 8: {}", a?, b?, c?);
     println!("job 7 again: {}", call(url, "7").await?);
+    // Release what is still held (the dropped guards' pending releases too) before exiting.
+    syncguard::shutdown(std::time::Duration::from_secs(5)).await;
     Ok(())
 }

@@ -96,6 +96,9 @@ async fn set_backend(url: Option<&str>) -> Result<&'static str, LockError> {
 
 #[tokio::main]
 async fn main() -> Result<(), LockError> {
+    // syncguard reports what needs attention (a lost lock, a failed release) as `tracing`
+    // events: without a subscriber nobody sees them.
+    tracing_subscriber::fmt::init();
     let url = std::env::args().nth(1);
     let name = set_backend(url.as_deref()).await?;
     println!("backend: {name}");
