@@ -69,8 +69,8 @@ struct Setup {
 }
 
 impl ReleaseSubscriber {
-    /// A subscriber to `channel`, connecting with `client` (`None`: not before
-    /// [`set_client`](Self::set_client)) within the timeouts of `net`.
+    /// A subscriber to `channel`, connecting with `client` (`None`: none, waiters poll)
+    /// within the timeouts of `net`.
     pub(super) fn new(channel: &str, client: Option<Client>, net: NetConfig) -> Self {
         Self {
             notifier: ReleaseNotifier::new(),
@@ -88,14 +88,6 @@ impl ReleaseSubscriber {
     /// Whether the subscriber knows where to connect.
     pub(super) fn has_client(&self) -> bool {
         self.state().client.is_some()
-    }
-
-    /// Connects with `client` from now on: a running subscription stops, and the next waiter
-    /// starts another.
-    pub(super) fn set_client(&self, client: Client) {
-        let mut state = self.state();
-        state.client = Some(client);
-        state.stop = None;
     }
 
     /// Wakes this process's waiters of `key`, released by this backend without a publish
