@@ -267,10 +267,10 @@
 //! | error | [`LockError`] |
 //! |---|---|
 //! | connection refused, reset or failed; SQLSTATE classes 08, 53, 57 (server shutdown, terminated backend) and 40 (serialization failure, deadlock); a closed pool; TLS failures | `ServiceUnavailable` |
-//! | the connect, acquire and operation timeouts; a statement timeout (`57014`) | `NetworkTimeout` |
-//! | every pooled connection busy past the acquire timeout | `RateLimited` |
+//! | the connect and operation timeouts; a statement timeout (`57014`) | `NetworkTimeout` |
+//! | every pooled connection busy past the operation timeout | `RateLimited` |
 //! | `28000`, `28P01` (authentication), `42501` (no privilege) | `AuthFailed` |
-//! | classes 22 and 23 (bad data); invalid connection settings; a missing database (`3D000`, naming it) | `InvalidArgument` |
+//! | classes 22 and 23 (bad data); invalid connection settings; a URL of another scheme (before any I/O); a missing database (`3D000`, naming it) | `InvalidArgument` |
 //! | missing tables, columns or acquire function (`42P01`, `42703`, `42883`: run [`setup_schema`]); a damaged or exhausted fence counter; anything else | `Internal` |
 //!
 //! ## TLS

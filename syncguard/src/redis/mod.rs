@@ -109,7 +109,7 @@
 //! [`LockError::ServiceUnavailable`] once its
 //! [reconnection attempts](RedisConfig::with_reconnect_retries) are spent.
 //!
-//! An acquire whose answer never came (the response timeout passed, the connection broke)
+//! An acquire whose answer never came (the operation timeout passed, the connection broke)
 //! may still be applied by Redis later: a request held up in the network, or by a paused
 //! server, runs when it arrives. The backend then releases that lock id (only if it holds the
 //! lock) as soon as the connection answers again, trying until the lock's ttl is over; a

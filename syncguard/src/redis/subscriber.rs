@@ -9,7 +9,7 @@
 //! once, in case the release it waits for went by meanwhile. A lost connection is opened again
 //! after a pause that doubles (up to [`LONGEST_PAUSE`]) while the server stays out of reach; a
 //! connection that stays silent is checked with a `PING`, so that one a partition cut silently
-//! is noticed within [`CHECK_AFTER_SILENCE`] and the response timeout.
+//! is noticed within [`CHECK_AFTER_SILENCE`] and the operation timeout.
 
 use std::convert::Infallible;
 use std::future::poll_fn;
@@ -160,7 +160,7 @@ async fn keep_subscribed(setup: &Setup, notifier: &ReleaseNotifier) -> Infallibl
 }
 
 /// Opens a connection (as the backend's own: address, credentials, TLS) and subscribes to the
-/// release channel, within the connection and response timeouts.
+/// release channel, within the connect and operation timeouts.
 async fn open(setup: &Setup) -> Result<(PubSubSink, PubSubStream), LockError> {
     let pubsub = timeout(
         setup.net.connection_timeout,
