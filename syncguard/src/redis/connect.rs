@@ -12,7 +12,7 @@ use crate::error::LockError;
 use crate::url_scheme::{UrlBackend, check_url_scheme};
 
 /// The redis-rs client for `url` (and the trusted CAs of `config`, if set).
-pub(super) fn client(url: &str, config: &RedisConfig) -> Result<::redis::Client, LockError> {
+fn client(url: &str, config: &RedisConfig) -> Result<::redis::Client, LockError> {
     check_url_scheme(url, UrlBackend::Redis)?;
     #[cfg(feature = "redis-tls")]
     if let Some(pem) = config.tls_root_certs() {
