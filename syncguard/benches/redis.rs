@@ -23,7 +23,7 @@ use std::time::Duration;
 use support::settings;
 use syncguard::LockId;
 use syncguard::backend::{AcquireOutcome, LockBackend};
-use syncguard::redis::{ConnectionMode, RedisBackend};
+use syncguard::redis::{ConnectionMode, RedisBackend, RedisConfig};
 use tokio::time::Instant;
 
 const WORKERS: [usize; 3] = [1, 16, 64];
@@ -253,11 +253,12 @@ fn main() {
 
     runtime.block_on(async {
         let multiplexed = RedisBackend::connect(&url).await.expect("connect");
-        let pool = RedisBackend::builder(&url)
-            .mode(ConnectionMode::Pool { max_size: 64 })
-            .build()
-            .await
-            .expect("connect (pool)");
+        let pool = RedisBackend::connect_with(
+            &url,
+            RedisConfig::new().with_connection_mode(ConnectionMode::Pool { max_size: 64 }),
+        )
+        .await
+        .expect("connect (pool)");
         let only = std::env::var("SYNCGUARD_BENCH_ONLY").unwrap_or_default();
         let wanted = |what: &str| only.is_empty() || only.split(',').any(|o| what.contains(o));
         let mut rows = Vec::new();

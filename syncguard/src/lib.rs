@@ -53,9 +53,16 @@
 //! | backend | feature | made with |
 //! |---|---|---|
 //! | in-process memory | `memory` (default) | `MemoryBackend::new()` |
-//! | PostgreSQL (sqlx) | `postgres`, `postgres-tls` | `PostgresBackend::connect(url)`, `::builder(url)`, `::new(pool, config)` |
-//! | Redis (redis-rs, deadpool-redis) | `redis`, `redis-tls` | `RedisBackend::connect(url)`, `::builder(url)`, `::from_pool(..)` |
-//! | Firestore | `firestore` | `FirestoreBackend::connect(project_id)`, `::builder(..)`, `::new(db, config)` |
+//! | PostgreSQL (sqlx) | `postgres`, `postgres-tls` | `PostgresBackend::connect(url)`, `::connect_with(url, config)`, `::new(pool, config)` |
+//! | Redis (redis-rs, deadpool-redis) | `redis`, `redis-tls` | `RedisBackend::connect(url)`, `::connect_with(url, config)`, `::new(connection, config)` |
+//! | Firestore | `firestore` | `FirestoreBackend::connect(project_id)`, `::connect_with(project_id, config)`, `::new(db, config)` |
+//!
+//! The network backends are made the same way: `connect` with the defaults,
+//! `connect_with` with a `*Config` that holds every other setting (timeouts under the same
+//! names on each: `with_connect_timeout`, `with_operation_timeout`), or `new` on a client of
+//! yours. Each backend module re-exports the driver crate its API takes
+//! (`syncguard::postgres::sqlx`, `syncguard::redis::{redis, deadpool_redis}`,
+//! `syncguard::firestore::firestore`).
 //!
 //! Each backend's module (`syncguard::postgres`, `syncguard::redis`, `syncguard::firestore`)
 //! documents its storage layout, which is that of the SyncGuard reference design, so Rust and
@@ -90,8 +97,12 @@ pub mod redis;
 mod retry;
 pub mod telemetry;
 pub mod time;
+#[cfg(any(feature = "postgres", feature = "redis", feature = "firestore"))]
+mod timeouts;
 #[cfg(any(feature = "postgres-tls", feature = "redis-tls"))]
 mod tls;
+#[cfg(any(feature = "postgres", feature = "redis"))]
+mod url_scheme;
 mod with_lock;
 
 #[cfg(feature = "conformance")]

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use syncguard::backend::LockBackend;
-use syncguard::redis::{ConnectionMode, RedisBackend};
+use syncguard::redis::{ConnectionMode, RedisBackend, RedisConfig};
 use syncguard::{ErrorCode, LockId};
 use tokio::time::{Instant, sleep};
 
@@ -47,12 +47,14 @@ async fn a_lost_acquire_is_released(holder: Option<&str>) {
         ConnectionMode::Pool { max_size: 4 },
     ] {
         let proxy = Proxy::start(&server_addr()).await;
-        let backend = RedisBackend::builder(&format!("redis://{}", proxy.addr()))
-            .mode(mode)
-            .response_timeout(Duration::from_millis(300))
-            .build()
-            .await
-            .expect("connect through the proxy");
+        let backend = RedisBackend::connect_with(
+            &format!("redis://{}", proxy.addr()),
+            RedisConfig::new()
+                .with_connection_mode(mode)
+                .with_operation_timeout(Duration::from_millis(300)),
+        )
+        .await
+        .expect("connect through the proxy");
         let observer = RedisBackend::connect(&redis_url()).await.unwrap();
         let key = format!("redis-faults:orphan:{}", LockId::generate());
         // Warm the connection (scripts loaded), so that the acquire is one request.
@@ -115,11 +117,12 @@ async fn a_lost_acquire_is_released(holder: Option<&str>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_min_hold_release_landing_late_keeps_nothing_past_min_hold() {
     let proxy = Proxy::start(&server_addr()).await;
-    let cut_off = RedisBackend::builder(&format!("redis://{}", proxy.addr()))
-        .response_timeout(Duration::from_millis(300))
-        .build()
-        .await
-        .expect("connect through the proxy");
+    let cut_off = RedisBackend::connect_with(
+        &format!("redis://{}", proxy.addr()),
+        RedisConfig::new().with_operation_timeout(Duration::from_millis(300)),
+    )
+    .await
+    .expect("connect through the proxy");
     let direct = RedisBackend::connect(&redis_url()).await.unwrap();
     let key = format!("redis-faults:min-hold:{}", LockId::generate());
     // Warm the connection (scripts loaded), so that each operation is one request.
@@ -133,4 +136,51 @@ async fn a_min_hold_release_landing_late_keeps_nothing_past_min_hold() {
         true,
     )
     .await;
+}
+
+/// The operation timeout holds on a connection of yours, whatever its own timeouts: a
+/// `ConnectionManager` that would wait for ever (no response timeout) behind a stalled
+/// network still answers within it, and the acquire it cut short is let go once the network
+/// heals. Before, a backend on such a connection waited as long as the network held it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operation_timeout_holds_on_a_connection_of_yours() {
+    use syncguard::redis::redis;
+
+    let proxy = Proxy::start(&server_addr()).await;
+    let client = redis::Client::open(format!("redis://{}", proxy.addr())).unwrap();
+    let patient = redis::aio::ConnectionManagerConfig::new().set_response_timeout(None);
+    let manager = redis::aio::ConnectionManager::new_with_config(client, patient)
+        .await
+        .expect("a connection through the proxy");
+    let timeout = Duration::from_millis(300);
+    let backend =
+        RedisBackend::new(manager, RedisConfig::new().with_operation_timeout(timeout)).unwrap();
+    let observer = RedisBackend::connect(&redis_url()).await.unwrap();
+    let key = format!("redis-faults:yours:{}", LockId::generate());
+    // Warm the connection (scripts loaded), so that the acquire is one request.
+    assert!(!backend.is_locked(&key).await.unwrap());
+
+    proxy.stall();
+    let started = Instant::now();
+    let acquired = tokio::time::timeout(
+        Duration::from_secs(10),
+        backend.acquire(&key, Duration::from_secs(60)),
+    )
+    .await
+    .expect("the acquire returned within its operation timeout, not after 10 s");
+    let took = started.elapsed();
+    let error = acquired.expect_err("nothing answers while the network is stalled");
+    assert_eq!(error.code(), ErrorCode::NetworkTimeout, "{error}");
+    assert!(took < timeout + Duration::from_secs(2), "took {took:?}");
+
+    // Healed: the held acquire lands, and is released as one in doubt.
+    proxy.resume();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while observer.is_locked(&key).await.unwrap() {
+        assert!(
+            Instant::now() < deadline,
+            "the acquire in doubt is still held"
+        );
+        sleep(Duration::from_millis(20)).await;
+    }
 }

@@ -7,7 +7,7 @@ use std::error::Error as _;
 use std::time::Duration;
 
 use syncguard::postgres::{PostgresBackend, PostgresConfig, setup_schema};
-use syncguard::redis::{ConnectionMode, RedisBackend, RedisBackendBuilder};
+use syncguard::redis::{ConnectionMode, RedisBackend, RedisConfig};
 use syncguard::{ErrorCode, LockError, conformance};
 
 #[path = "support/urls.rs"]
@@ -47,15 +47,12 @@ fn postgres_url(params: &str) -> String {
 fn postgres_config() -> PostgresConfig {
     PostgresConfig::new()
         .with_connect_timeout(Duration::from_secs(10))
-        .with_acquire_timeout(Duration::from_secs(10))
         .with_operation_timeout(Duration::from_secs(10))
 }
 
 async fn postgres_backend(params: &str) -> PostgresBackend {
     let url = postgres_url(params);
-    let backend = PostgresBackend::builder(&url)
-        .config(postgres_config())
-        .build()
+    let backend = PostgresBackend::connect_with(&url, postgres_config())
         .await
         .unwrap_or_else(|error| panic!("connect to {url}: {error} (source: {:?})", error.source()));
     setup_schema(backend.pool(), backend.config())
@@ -138,16 +135,12 @@ async fn postgres_plain_connections_still_work() {
 #[tokio::test]
 async fn postgres_verify_full_rejects_an_untrusted_certificate() {
     let other = format!("sslmode=verify-full&sslrootcert={}", other_ca_path());
-    let result = PostgresBackend::builder(&postgres_url(&other))
-        .config(postgres_config())
-        .build()
-        .await;
+    let result = PostgresBackend::connect_with(&postgres_url(&other), postgres_config()).await;
     assert_untrusted(result, "verify-full with another CA");
     // Without `sslrootcert`, only public CAs are trusted.
-    let result = PostgresBackend::builder(&postgres_url("sslmode=verify-full"))
-        .config(postgres_config())
-        .build()
-        .await;
+    let result =
+        PostgresBackend::connect_with(&postgres_url("sslmode=verify-full"), postgres_config())
+            .await;
     assert_untrusted(result, "verify-full with the public roots only");
 }
 
@@ -155,13 +148,13 @@ fn redis_tls_url() -> String {
     var("SYNCGUARD_TEST_REDIS_TLS_URL")
 }
 
-/// A builder for the TLS port, with generous timeouts: a busy machine must not turn a
+/// A configuration for the TLS port, with generous timeouts: a busy machine must not turn a
 /// certificate error into a timeout.
-fn redis_tls_builder(mode: ConnectionMode) -> RedisBackendBuilder {
-    RedisBackend::builder(&redis_tls_url())
-        .mode(mode)
-        .connection_timeout(Duration::from_secs(10))
-        .response_timeout(Duration::from_secs(10))
+fn redis_tls_config(mode: ConnectionMode) -> RedisConfig {
+    RedisConfig::new()
+        .with_connection_mode(mode)
+        .with_connect_timeout(Duration::from_secs(10))
+        .with_operation_timeout(Duration::from_secs(10))
 }
 
 const MODES: [ConnectionMode; 2] = [
@@ -173,9 +166,8 @@ const MODES: [ConnectionMode; 2] = [
 async fn redis_over_tls_with_the_ca_locks_in_both_modes() {
     for mode in MODES {
         // The TLS port speaks nothing but TLS, so a working lock is a lock over TLS.
-        let backend = redis_tls_builder(mode)
-            .tls_root_certs(read(&ca_path()))
-            .build()
+        let config = redis_tls_config(mode).with_tls_root_certs(read(&ca_path()));
+        let backend = RedisBackend::connect_with(&redis_tls_url(), config)
             .await
             .unwrap_or_else(|error| panic!("{mode:?}: {}", chain(&error)));
         conformance::lifecycle(backend.clone()).await;
@@ -186,12 +178,11 @@ async fn redis_over_tls_with_the_ca_locks_in_both_modes() {
 #[tokio::test]
 async fn redis_rejects_an_untrusted_certificate() {
     for mode in MODES {
-        let public_roots_only = redis_tls_builder(mode).build().await;
+        let public_roots_only =
+            RedisBackend::connect_with(&redis_tls_url(), redis_tls_config(mode)).await;
         assert_untrusted(public_roots_only, &format!("public roots only ({mode:?})"));
-        let other_ca = redis_tls_builder(mode)
-            .tls_root_certs(read(&other_ca_path()))
-            .build()
-            .await;
+        let config = redis_tls_config(mode).with_tls_root_certs(read(&other_ca_path()));
+        let other_ca = RedisBackend::connect_with(&redis_tls_url(), config).await;
         assert_untrusted(other_ca, &format!("another CA ({mode:?})"));
     }
 }
@@ -199,11 +190,12 @@ async fn redis_rejects_an_untrusted_certificate() {
 #[tokio::test]
 async fn redis_tls_root_certs_need_a_rediss_url() {
     let plain = urls::redis_url();
-    let error = RedisBackend::builder(&plain)
-        .tls_root_certs(read(&ca_path()))
-        .build()
-        .await
-        .expect_err("root certificates with redis://");
+    let error = RedisBackend::connect_with(
+        &plain,
+        RedisConfig::new().with_tls_root_certs(read(&ca_path())),
+    )
+    .await
+    .expect_err("root certificates with redis://");
     assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
     assert!(error.to_string().contains("rediss://"), "{error}");
 }

@@ -1,14 +1,20 @@
 //! Configuration of the Firestore backend.
 
-use crate::error::LockError;
+use std::time::Duration;
 
-/// Collection names and transaction behaviour of a [`FirestoreBackend`](super::FirestoreBackend).
+use crate::error::LockError;
+use crate::timeouts::check_timeouts;
+
+/// Every setting of a [`FirestoreBackend`](super::FirestoreBackend) but which project it uses:
+/// what [`FirestoreBackend::connect_with`](super::FirestoreBackend::connect_with) (beside the
+/// project id) and [`FirestoreBackend::new`](super::FirestoreBackend::new) (beside your client)
+/// take.
 ///
-/// Validated when the backend is built: each collection must be a valid Firestore collection
-/// id (non-empty, at most 1500 bytes, no `/`, not `.` or `..`, not of the reserved form
-/// `__name__`), and the two collections must differ, so that removing lock documents can never
-/// reach fence counters. Anything else is
-/// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument).
+/// Set with `with_*`, read with the bare name. Validated when the backend is made: each
+/// collection must be a valid Firestore collection id (non-empty, at most 1500 bytes, no `/`,
+/// not `.` or `..`, not of the reserved form `__name__`), and the two collections must differ,
+/// so that removing lock documents can never reach fence counters; timeouts must be at least
+/// 1 ms. Anything else is [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) naming the setting.
 ///
 /// # Default
 /// | setting | default |
@@ -16,6 +22,8 @@ use crate::error::LockError;
 /// | [`lock_collection`](Self::with_lock_collection) | `locks` |
 /// | [`fence_collection`](Self::with_fence_collection) | `fence_counters` |
 /// | [`max_transaction_retries`](Self::with_max_transaction_retries) | `10` |
+/// | [`connect_timeout`](Self::with_connect_timeout) | 5 s (only for `connect_with`) |
+/// | [`operation_timeout`](Self::with_operation_timeout) | 5 s |
 ///
 /// ```
 /// use syncguard::firestore::FirestoreConfig;
@@ -28,12 +36,17 @@ use crate::error::LockError;
 /// assert!(FirestoreConfig::new().with_lock_collection("a/b").validate().is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct FirestoreConfig {
     lock_collection: String,
     fence_collection: String,
     max_transaction_retries: u32,
+    operation_timeout: Duration,
+    /// Only for the client `connect_with` makes: `None` unless set, so that `new` can tell.
+    connect_timeout: Option<Duration>,
 }
+
+/// How long making a client may take unless set.
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Default for FirestoreConfig {
     fn default() -> Self {
@@ -57,6 +70,8 @@ impl FirestoreConfig {
             lock_collection: "locks".to_owned(),
             fence_collection: "fence_counters".to_owned(),
             max_transaction_retries: 10,
+            operation_timeout: Duration::from_secs(5),
+            connect_timeout: None,
         }
     }
 
@@ -100,9 +115,64 @@ impl FirestoreConfig {
     /// assert_eq!(config.max_transaction_retries(), 0);
     /// ```
     #[must_use]
-    pub fn with_max_transaction_retries(mut self, retries: u32) -> Self {
+    pub const fn with_max_transaction_retries(mut self, retries: u32) -> Self {
         self.max_transaction_retries = retries;
         self
+    }
+
+    /// How long making the client may take in
+    /// [`connect_with`](super::FirestoreBackend::connect_with) (finding credentials, and the
+    /// token and channel they give), which it bounds. Only for `connect_with`:
+    /// [`new`](super::FirestoreBackend::new) takes a client already made, and refuses a
+    /// configuration that sets it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config = syncguard::firestore::FirestoreConfig::new()
+    ///     .with_connect_timeout(Duration::from_secs(10));
+    /// assert_eq!(config.connect_timeout(), Duration::from_secs(10));
+    /// ```
+    #[must_use]
+    pub const fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
+        self
+    }
+
+    /// How long one lock operation may take, end to end (its reads, its commit and the
+    /// commit's retries on conflict); past it, [`ErrorCode::NetworkTimeout`](crate::ErrorCode::NetworkTimeout). Firestore calls
+    /// have no deadline of their own, so without this a partition would hold a caller as long
+    /// as TCP does. An acquire cut short may still land: its lock is released in the
+    /// background by its lock id (see [timeouts](super#timeouts-and-acquires-in-doubt)).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config = syncguard::firestore::FirestoreConfig::new()
+    ///     .with_operation_timeout(Duration::from_secs(2));
+    /// assert_eq!(config.operation_timeout(), Duration::from_secs(2));
+    /// ```
+    #[must_use]
+    pub const fn with_operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = timeout;
+        self
+    }
+
+    /// How long making the client may take in `connect_with`.
+    pub const fn connect_timeout(&self) -> Duration {
+        match self.connect_timeout {
+            Some(timeout) => timeout,
+            None => DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+
+    /// How long one lock operation may take, end to end.
+    pub const fn operation_timeout(&self) -> Duration {
+        self.operation_timeout
+    }
+
+    /// The first setting of `self` that only a client syncguard makes can apply, if one is
+    /// set: what [`FirestoreBackend::new`](super::FirestoreBackend::new) refuses.
+    pub(super) fn connect_only_setting(&self) -> Option<&'static str> {
+        self.connect_timeout.map(|_| "with_connect_timeout")
     }
 
     /// The lock collection name.
@@ -128,7 +198,7 @@ impl FirestoreConfig {
     /// ```
     /// assert_eq!(syncguard::firestore::FirestoreConfig::new().max_transaction_retries(), 10);
     /// ```
-    pub fn max_transaction_retries(&self) -> u32 {
+    pub const fn max_transaction_retries(&self) -> u32 {
         self.max_transaction_retries
     }
 
@@ -145,6 +215,13 @@ impl FirestoreConfig {
     /// assert!(error.to_string().contains("lock collection"));
     /// ```
     pub fn validate(&self) -> Result<(), LockError> {
+        check_timeouts(
+            "FirestoreConfig",
+            &[
+                ("with_connect_timeout", self.connect_timeout()),
+                ("with_operation_timeout", self.operation_timeout),
+            ],
+        )?;
         check_collection("lock collection", &self.lock_collection)?;
         check_collection("fence collection", &self.fence_collection)?;
         if self.lock_collection == self.fence_collection {
@@ -209,6 +286,14 @@ mod tests {
             .with_lock_collection("x")
             .with_fence_collection("x");
         assert!(same.validate().unwrap_err().to_string().contains("differ"));
+        let error = FirestoreConfig::new()
+            .with_operation_timeout(Duration::ZERO)
+            .validate()
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("with_operation_timeout"),
+            "{error}"
+        );
         assert!(id_problem("__").is_none());
         assert!(id_problem("job:42").is_none());
     }

@@ -21,6 +21,31 @@
 //! }
 //! ```
 //!
+//! ## Making a backend
+//!
+//! As every network backend's:
+//!
+//! - [`FirestoreBackend::connect(project_id)`](FirestoreBackend::connect): the default
+//!   configuration;
+//! - [`FirestoreBackend::connect_with(project_id, config)`](FirestoreBackend::connect_with):
+//!   every other setting is in the [`FirestoreConfig`];
+//! - [`FirestoreBackend::new(db, config)`](FirestoreBackend::new): on a [`FirestoreDb`] of
+//!   yours (another database than the default, a client with options of yours).
+//!
+//! The [`firestore`] crate syncguard is built with is re-exported here, so that
+//! a client of yours is of the same version:
+//!
+//! ```no_run
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use syncguard::firestore::{FirestoreBackend, FirestoreConfig, firestore};
+//!
+//! let options = firestore::FirestoreDbOptions::new("my-project".to_owned())
+//!     .with_database_id("locks-db".to_owned());
+//! let db = firestore::FirestoreDb::with_options(options).await?;
+//! let backend = FirestoreBackend::new(db, FirestoreConfig::new())?;
+//! # let _ = backend; Ok(()) }
+//! ```
+//!
 //! ## Setup
 //!
 //! The `firestore` crate authenticates with Google's Application Default Credentials: the
@@ -101,9 +126,10 @@
 //!
 //! A commit that conflicts is rejected whole (a failed precondition, or `ABORTED`), so the
 //! operation's next run starts from what the store holds then: a retried `acquire_as` re-enters
-//! a lock of its holder, or takes a free key, as a fresh call would. A commit whose answer is
-//! lost (a timeout, a dropped connection) fails the call and what it may have written is left
-//! as it is, never released in the background: the lock id such a call took, or re-entered,
+//! a lock of its holder, or takes a free key, as a fresh call would. A commit of an
+//! `acquire_as` whose answer is lost (a timeout, a dropped connection) fails the call and what
+//! it may have written is left as it is, never released in the background (unlike a plain
+//! acquire's: see [timeouts](#timeouts-and-acquires-in-doubt)): the lock id such a call took, or re-entered,
 //! is handed to every later `acquire_as` of the same holder (in this process or another), and
 //! releasing it would take the lock from under that caller. The holder's next `acquire_as` (a
 //! client retrying after the error) re-enters the lock; otherwise it expires at its ttl, as a
@@ -111,6 +137,24 @@
 //!
 //! The holder is stored as given, readable by anyone who may read the lock collection; it is
 //! never logged or printed by this library.
+//!
+//! ## Timeouts and acquires in doubt
+//!
+//! Every operation returns within the
+//! [operation timeout](FirestoreConfig::with_operation_timeout) (5 s by default: its reads,
+//! its commit and the commit's retries), or fails with [`ErrorCode::NetworkTimeout`](crate::ErrorCode::NetworkTimeout); Firestore
+//! calls have no deadline of their own. Making the client in
+//! [`connect_with`](FirestoreBackend::connect_with) is bounded by the
+//! [connect timeout](FirestoreConfig::with_connect_timeout).
+//!
+//! An acquire whose outcome is unknown (it timed out, its commit failed without a clear
+//! refusal, or its caller dropped it) may have written its lock, or may still write it when a
+//! commit held up in the network arrives; nobody would hold that lock until its ttl ran out.
+//! Its lock id is unique to the call (every run of its transaction writes the same one), so it
+//! is released in the background by that id, which can never remove anyone else's lock: at
+//! once, then again while it finds nothing, up to three times, an operation timeout apart
+//! (and while the server is out of reach, until the lock's ttl is over). An `acquire_as` in
+//! doubt is not released (see [holders](#holders)).
 //!
 //! ## Clocks
 //!
@@ -130,7 +174,7 @@
 //! | error | [`LockError`] |
 //! |---|---|
 //! | `UNAVAILABLE`, `INTERNAL`, `ABORTED`, `CANCELLED`; a closed or failed connection | `ServiceUnavailable` |
-//! | `DEADLINE_EXCEEDED`; a connection timeout | `NetworkTimeout` |
+//! | `DEADLINE_EXCEEDED`; a connection timeout; the operation or connect timeout | `NetworkTimeout` |
 //! | `PERMISSION_DENIED`, `UNAUTHENTICATED`; no usable credentials when the client is made | `AuthFailed` |
 //! | `INVALID_ARGUMENT`, `FAILED_PRECONDITION`; a project or database that does not exist | `InvalidArgument` |
 //! | `RESOURCE_EXHAUSTED` (quota) | `RateLimited` |
@@ -143,19 +187,22 @@
 //! [`TimeAuthority::Client`]: crate::backend::TimeAuthority::Client
 //! [`AcquireOutcome::Contended`]: crate::backend::AcquireOutcome::Contended
 
-mod builder;
 mod config;
 mod documents;
 mod error;
+mod in_doubt;
 mod operations;
 mod transaction;
 
 use std::sync::Arc;
 
-use firestore::FirestoreDb;
+use ::firestore::FirestoreDb;
 
-pub use builder::FirestoreBackendBuilder;
+/// The firestore crate this backend is built with, so that your [`FirestoreDb`] is of the same
+/// version.
+pub use ::firestore;
 pub use config::FirestoreConfig;
+use error::map_error;
 
 use crate::backend::ReleaseNotifier;
 use crate::error::LockError;
@@ -163,9 +210,9 @@ use crate::error::LockError;
 /// Locks in Cloud Firestore (or its emulator), shared by every process using the same project,
 /// database and collections.
 ///
-/// Let [`connect`](Self::connect) (the default configuration) or the
-/// [`builder`](Self::builder) (a configuration of your own) make the client, or build it on a
-/// [`FirestoreDb`] you already have with [`new`](Self::new). Clones share the client. The
+/// Let [`connect`](Self::connect) (the default configuration) or
+/// [`connect_with`](Self::connect_with) (a [`FirestoreConfig`] of yours) make the client, or
+/// make it on a [`FirestoreDb`] you already have with [`new`](Self::new). Clones share the client. The
 /// [module documentation](self) covers the credentials, the documents, the transactions, the
 /// clock requirement and the errors.
 ///
@@ -176,7 +223,7 @@ use crate::error::LockError;
 ///
 /// #[tokio::main]
 /// async fn main() -> Result<(), syncguard::LockError> {
-///     let db = firestore::FirestoreDb::new("my-project")
+///     let db = syncguard::firestore::firestore::FirestoreDb::new("my-project")
 ///         .await
 ///         .expect("Firestore client (check the credentials)");
 ///     let config = FirestoreConfig::new().with_lock_collection("app_locks");
@@ -213,14 +260,15 @@ impl std::fmt::Debug for FirestoreBackend {
 }
 
 impl FirestoreBackend {
-    /// A backend on an existing client, after validating `config`.
+    /// A backend on `db`, a client of yours, with `config`. No I/O happens here.
     ///
     /// # Errors
-    /// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for invalid or equal
-    /// collection names.
+    /// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) naming the setting, for invalid or equal collection
+    /// names, a bad timeout, or a setting only a client syncguard makes can apply
+    /// ([`with_connect_timeout`](FirestoreConfig::with_connect_timeout)).
     ///
     /// ```no_run
-    /// use syncguard::firestore::{FirestoreBackend, FirestoreConfig};
+    /// use syncguard::firestore::{FirestoreBackend, FirestoreConfig, firestore};
     ///
     /// #[tokio::main]
     /// async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -231,6 +279,17 @@ impl FirestoreBackend {
     /// }
     /// ```
     pub fn new(db: FirestoreDb, config: FirestoreConfig) -> Result<Self, LockError> {
+        if let Some(setting) = config.connect_only_setting() {
+            return Err(LockError::invalid_argument(format!(
+                "FirestoreConfig::{setting} applies only to the client that \
+                 FirestoreBackend::connect_with makes; FirestoreBackend::new runs on your \
+                 client: leave it out of the config"
+            )));
+        }
+        Self::on_client(db, config)
+    }
+
+    fn on_client(db: FirestoreDb, config: FirestoreConfig) -> Result<Self, LockError> {
         config.validate()?;
         let gates = (0..GATES).map(|_| tokio::sync::Mutex::new(())).collect();
         Ok(Self {
@@ -241,15 +300,13 @@ impl FirestoreBackend {
         })
     }
 
-    /// Creates a client for `project_id` (Application Default Credentials, or the emulator
+    /// Makes a client for `project_id` (Application Default Credentials, or the emulator
     /// named by `FIRESTORE_EMULATOR_HOST`) and a backend on it with the default
-    /// [`FirestoreConfig`] (collections `locks` and `fence_counters`). For another
-    /// configuration, use the [`builder`](Self::builder).
+    /// [`FirestoreConfig`] (collections `locks` and `fence_counters`);
+    /// [`connect_with`](Self::connect_with) takes a configuration of yours.
     ///
     /// # Errors
-    /// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for an empty project id;
-    /// [`ErrorCode::AuthFailed`](crate::ErrorCode::AuthFailed) when
-    /// no usable credentials are found; other client errors mapped as for operations.
+    /// As [`connect_with`](Self::connect_with).
     ///
     /// ```no_run
     /// use syncguard::firestore::FirestoreBackend;
@@ -262,34 +319,59 @@ impl FirestoreBackend {
     /// }
     /// ```
     pub async fn connect(project_id: &str) -> Result<Self, LockError> {
-        Self::builder(project_id).build().await
+        Self::connect_with(project_id, FirestoreConfig::new()).await
     }
 
-    /// A builder for a backend that makes its own client for `project_id`, with a
-    /// configuration of your own. No I/O happens until [`build`](FirestoreBackendBuilder::build).
+    /// Checks `config`, then makes a client for `project_id` (Application Default
+    /// Credentials, or the emulator named by `FIRESTORE_EMULATOR_HOST`) within the
+    /// [connect timeout](FirestoreConfig::with_connect_timeout), and the backend on it.
+    ///
+    /// # Errors
+    /// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for a bad configuration (naming the setting) or an empty
+    /// project id (before any I/O); [`ErrorCode::AuthFailed`](crate::ErrorCode::AuthFailed) when no usable credentials are
+    /// found; [`ErrorCode::NetworkTimeout`](crate::ErrorCode::NetworkTimeout) past the connect timeout; other client errors
+    /// mapped as for operations.
     ///
     /// ```no_run
     /// use syncguard::firestore::{FirestoreBackend, FirestoreConfig};
     ///
     /// #[tokio::main]
     /// async fn main() -> Result<(), syncguard::LockError> {
-    ///     let backend = FirestoreBackend::builder("my-project")
-    ///         .config(FirestoreConfig::new().with_lock_collection("app_locks"))
-    ///         .build()
-    ///         .await?;
+    ///     let config = FirestoreConfig::new()
+    ///         .with_lock_collection("app_locks")
+    ///         .with_fence_collection("app_fence_counters");
+    ///     let backend = FirestoreBackend::connect_with("my-project", config).await?;
     ///     println!("{:?}", backend.config());
     ///     Ok(())
     /// }
     /// ```
-    pub fn builder(project_id: &str) -> FirestoreBackendBuilder {
-        FirestoreBackendBuilder::new(project_id)
+    pub async fn connect_with(
+        project_id: &str,
+        config: FirestoreConfig,
+    ) -> Result<Self, LockError> {
+        config.validate()?;
+        if project_id.is_empty() {
+            return Err(LockError::invalid_argument(
+                "the Firestore project id is empty; pass your Google Cloud project id",
+            ));
+        }
+        let within = config.connect_timeout();
+        let db = tokio::time::timeout(within, FirestoreDb::new(project_id))
+            .await
+            .map_err(|_elapsed| {
+                LockError::network_timeout(format!(
+                    "could not make a Firestore client within the connect timeout ({within:?})"
+                ))
+            })?
+            .map_err(map_error)?;
+        Self::on_client(db, config)
     }
 
     /// The Firestore client.
     ///
     /// ```no_run
     /// # async fn f(backend: syncguard::firestore::FirestoreBackend) {
-    /// let db: &firestore::FirestoreDb = backend.db();
+    /// let db: &syncguard::firestore::firestore::FirestoreDb = backend.db();
     /// # }
     /// ```
     pub fn db(&self) -> &FirestoreDb {

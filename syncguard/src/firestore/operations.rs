@@ -2,6 +2,7 @@
 //! each planned from its reads and committed by [`transact`](FirestoreBackend::transact), and
 //! the [`LockBackend`] implementation on top.
 
+use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use super::documents::{
     FenceDocument, Found, LockDocument, MAX_EXPIRES_MS, Millis, document_ids, parse_fence,
 };
 use super::error::map_error;
+use super::in_doubt::AcquireInDoubt;
 use super::transaction::Write;
 use super::{FirestoreBackend, GATES};
 use crate::backend::{
@@ -92,79 +94,93 @@ impl FirestoreBackend {
         lock_doc.hash(&mut hasher);
         let gate = &self.gates[(hasher.finish() % GATES as u64) as usize];
         let _turn = gate.lock().await;
-        let (key, lock_doc, fence_doc) = (&key, &lock_doc, &fence_doc);
-        self.transact(false, |reader| async move {
-            let (current, lock_unchanged) =
-                Self::read::<LockDocument>(&reader, self.config.lock_collection(), lock_doc)
-                    .await?;
-            if let Some(current) = current
-                && is_live(current.expires_at_ms.0, now_ms())
-            {
-                if !current.reentered_by(holder) {
-                    let held_until = Some(current.expires_at_ms.0);
-                    return Ok((AcquireOutcome::contended(held_until), Vec::new()));
-                }
-                // Re-entered by its holder: a fresh lease (from a time taken after the read),
-                // the same lock id and fence; the fence counter is left alone.
-                let lock_id = current.parsed_lock_id()?;
-                let fence = current.parsed_fence()?;
-                let now = now_ms();
-                let expires_at_ms = now + ttl_ms;
-                let renewed = LockDocument {
-                    expires_at_ms: Millis(expires_at_ms),
-                    acquired_at_ms: Millis(now),
-                    ..current
-                };
-                let writes = vec![Write::UpdateLock(
-                    lock_doc.clone(),
-                    renewed,
-                    &["expiresAtMs", "acquiredAtMs"],
-                    lock_unchanged,
-                )];
-                let lease = Lease::new(lock_id, expires_at_ms, fence);
-                return Ok((AcquireOutcome::Acquired(lease), writes));
-            }
-            let (counter, fence_unchanged) =
-                Self::read::<FenceDocument>(&reader, self.config.fence_collection(), fence_doc)
-                    .await?;
-            // The authoritative time of this acquisition, taken after its reads and before the
-            // commit that writes it.
-            let now = now_ms();
-            let previous = match &counter {
-                Some(counter) => parse_fence(&counter.fence)?,
-                None => 0,
-            };
-            let fence = Fence::new(previous.saturating_add(1))?;
-            let fence_text = format!("{:015}", fence.get());
-            let lock_id = LockId::generate();
-            let expires_at_ms = now + ttl_ms;
-            let writes = vec![
-                Write::SetFence(
-                    fence_doc.clone(),
-                    FenceDocument {
-                        fence: fence_text.clone(),
-                        key_debug: Some(key.clone()),
-                    },
-                    fence_unchanged,
-                ),
-                // The whole document: a holder only when given, none left from an expired lock.
-                Write::SetLock(
-                    lock_doc.clone(),
-                    LockDocument {
-                        lock_id: lock_id.as_str().to_owned(),
+        // One lock id for every run of the transaction (a run is repeated only after its
+        // commit was refused whole), so that an acquire in doubt is released by it.
+        let lock_id = LockId::generate();
+        let in_doubt = holder
+            .is_none()
+            .then(|| AcquireInDoubt::new(self, &lock_id, ttl));
+        let (key, lock_doc, fence_doc, new_id) = (&key, &lock_doc, &fence_doc, &lock_id);
+        let outcome = self
+            .transact(false, |reader| async move {
+                let (current, lock_unchanged) =
+                    Self::read::<LockDocument>(&reader, self.config.lock_collection(), lock_doc)
+                        .await?;
+                if let Some(current) = current
+                    && is_live(current.expires_at_ms.0, now_ms())
+                {
+                    if !current.reentered_by(holder) {
+                        let held_until = Some(current.expires_at_ms.0);
+                        return Ok((AcquireOutcome::contended(held_until), Vec::new()));
+                    }
+                    // Re-entered by its holder: a fresh lease (from a time taken after the read),
+                    // the same lock id and fence; the fence counter is left alone.
+                    let lock_id = current.parsed_lock_id()?;
+                    let fence = current.parsed_fence()?;
+                    let now = now_ms();
+                    let expires_at_ms = now + ttl_ms;
+                    let renewed = LockDocument {
                         expires_at_ms: Millis(expires_at_ms),
                         acquired_at_ms: Millis(now),
-                        key: key.clone(),
-                        fence: fence_text,
-                        holder: holder.map(str::to_owned),
-                    },
-                    lock_unchanged,
-                ),
-            ];
-            let lease = Lease::new(lock_id, expires_at_ms, fence);
-            Ok((AcquireOutcome::Acquired(lease), writes))
-        })
-        .await
+                        ..current
+                    };
+                    let writes = vec![Write::UpdateLock(
+                        lock_doc.clone(),
+                        renewed,
+                        &["expiresAtMs", "acquiredAtMs"],
+                        lock_unchanged,
+                    )];
+                    let lease = Lease::new(lock_id, expires_at_ms, fence);
+                    return Ok((AcquireOutcome::Acquired(lease), writes));
+                }
+                let (counter, fence_unchanged) =
+                    Self::read::<FenceDocument>(&reader, self.config.fence_collection(), fence_doc)
+                        .await?;
+                // The authoritative time of this acquisition, taken after its reads and before the
+                // commit that writes it.
+                let now = now_ms();
+                let previous = match &counter {
+                    Some(counter) => parse_fence(&counter.fence)?,
+                    None => 0,
+                };
+                let fence = Fence::new(previous.saturating_add(1))?;
+                let fence_text = format!("{:015}", fence.get());
+                let lock_id = new_id.clone();
+                let expires_at_ms = now + ttl_ms;
+                let writes = vec![
+                    Write::SetFence(
+                        fence_doc.clone(),
+                        FenceDocument {
+                            fence: fence_text.clone(),
+                            key_debug: Some(key.clone()),
+                        },
+                        fence_unchanged,
+                    ),
+                    // The whole document: a holder only when given, none left from an expired lock.
+                    Write::SetLock(
+                        lock_doc.clone(),
+                        LockDocument {
+                            lock_id: lock_id.as_str().to_owned(),
+                            expires_at_ms: Millis(expires_at_ms),
+                            acquired_at_ms: Millis(now),
+                            key: key.clone(),
+                            fence: fence_text,
+                            holder: holder.map(str::to_owned),
+                        },
+                        lock_unchanged,
+                    ),
+                ];
+                let lease = Lease::new(lock_id, expires_at_ms, fence);
+                Ok((AcquireOutcome::Acquired(lease), writes))
+            })
+            .await;
+        if let Some(in_doubt) = in_doubt {
+            match &outcome {
+                Ok(_) => in_doubt.settle(),
+                Err(error) => in_doubt.settle_if_certain(error),
+            }
+        }
+        outcome
     }
 
     async fn release_once(&self, lock_id: &LockId) -> Result<ReleaseOutcome, LockError> {
@@ -252,13 +268,33 @@ impl FirestoreBackend {
     }
 }
 
+impl FirestoreBackend {
+    /// `operation`, failed with [`ErrorCode::NetworkTimeout`](crate::ErrorCode::NetworkTimeout) when it does not end within the
+    /// operation timeout. An acquire cut short lets go of its lock in the background
+    /// (`in_doubt.rs`).
+    async fn within_operation_timeout<T>(
+        &self,
+        operation: impl Future<Output = Result<T, LockError>>,
+    ) -> Result<T, LockError> {
+        let within = self.config.operation_timeout();
+        tokio::time::timeout(within, operation)
+            .await
+            .unwrap_or_else(|_elapsed| {
+                Err(LockError::network_timeout(format!(
+                    "Firestore did not answer within the operation timeout ({within:?}); the \
+                     operation may or may not have been applied"
+                )))
+            })
+    }
+}
+
 impl LockBackend for FirestoreBackend {
     fn acquire<'a>(
         &'a self,
         key: &'a str,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
-        Box::pin(self.acquire_once(key, ttl, None))
+        Box::pin(self.within_operation_timeout(self.acquire_once(key, ttl, None)))
     }
 
     fn acquire_as<'a>(
@@ -267,14 +303,14 @@ impl LockBackend for FirestoreBackend {
         ttl: Duration,
         holder: &'a str,
     ) -> BoxFuture<'a, Result<AcquireOutcome, LockError>> {
-        Box::pin(self.acquire_once(key, ttl, Some(holder)))
+        Box::pin(self.within_operation_timeout(self.acquire_once(key, ttl, Some(holder))))
     }
 
     fn release<'a>(
         &'a self,
         lock_id: &'a LockId,
     ) -> BoxFuture<'a, Result<ReleaseOutcome, LockError>> {
-        Box::pin(self.release_once(lock_id))
+        Box::pin(self.within_operation_timeout(self.release_once(lock_id)))
     }
 
     fn release_notifier(&self) -> Option<ReleaseNotifier> {
@@ -287,7 +323,7 @@ impl LockBackend for FirestoreBackend {
         ttl: Duration,
     ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
         let expiry = ttl_millis(ttl).map(|ttl_ms| move |_, now: u64| now + ttl_ms);
-        Box::pin(self.extend_once(lock_id, expiry))
+        Box::pin(self.within_operation_timeout(self.extend_once(lock_id, expiry)))
     }
 
     fn extend_by<'a>(
@@ -297,7 +333,7 @@ impl LockBackend for FirestoreBackend {
     ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
         let expiry = ttl_millis(by)
             .map(|by_ms| move |current: u64, _| current.saturating_add(by_ms).min(MAX_EXPIRES_MS));
-        Box::pin(self.extend_once(lock_id, expiry))
+        Box::pin(self.within_operation_timeout(self.extend_once(lock_id, expiry)))
     }
 
     fn expire_at<'a>(
@@ -306,18 +342,22 @@ impl LockBackend for FirestoreBackend {
         expires_at_ms: u64,
     ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
         let expiry = check_expiry(expires_at_ms).map(|at| move |_, _| at);
-        Box::pin(self.extend_once(lock_id, expiry))
+        Box::pin(self.within_operation_timeout(self.extend_once(lock_id, expiry)))
     }
 
     fn is_locked<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(async move { Ok(self.live_by_key(key).await?.is_some()) })
+        Box::pin(
+            self.within_operation_timeout(
+                async move { Ok(self.live_by_key(key).await?.is_some()) },
+            ),
+        )
     }
 
     fn lookup<'a>(
         &'a self,
         query: Lookup<'a>,
     ) -> BoxFuture<'a, Result<Option<LockInfo>, LockError>> {
-        Box::pin(self.lookup_once(query))
+        Box::pin(self.within_operation_timeout(self.lookup_once(query)))
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -3,14 +3,18 @@
 use std::time::Duration;
 
 use crate::error::LockError;
+use crate::timeouts::check_timeouts;
 
-/// Table names and behaviour of a [`PostgresBackend`](super::PostgresBackend).
+/// Every setting of a [`PostgresBackend`](super::PostgresBackend) but where it connects: what
+/// [`PostgresBackend::connect_with`](super::PostgresBackend::connect_with) (beside the URL) and
+/// [`PostgresBackend::new`](super::PostgresBackend::new) (beside your pool) take.
 ///
-/// Names (the release channel's included) are validated when the backend is built: each must
-/// be a plain SQL identifier (`[A-Za-z_][A-Za-z0-9_]*`), the lock table at most 40 bytes (its
-/// name prefixes the names of the indexes and functions the backend installs), the others at
-/// most 63, and the two tables must differ. Anything else, injection attempts included, is
-/// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument).
+/// Set with `with_*`, read with the bare name. Checked when the backend is made, before any
+/// I/O: names (the release channel's included) must be plain SQL identifiers
+/// (`[A-Za-z_][A-Za-z0-9_]*`), the lock table at most 40 bytes (its name prefixes the names of
+/// the indexes and functions the backend installs), the others at most 63, and the two tables
+/// must differ; timeouts must be at least 1 ms. Anything else, injection attempts included, is
+/// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) naming the setting, and nothing is made.
 ///
 /// # Default
 /// | setting | default |
@@ -22,22 +26,23 @@ use crate::error::LockError;
 /// | [`release_notifications`](Self::with_release_notifications) | `true` |
 /// | [`release_channel`](Self::with_release_channel) | `<lock table>_released`, prefixed with `<schema>_` when a schema is set and the name fits in 63 bytes |
 /// | [`connect_timeout`](Self::with_connect_timeout) | 2 s |
-/// | [`acquire_timeout`](Self::with_acquire_timeout) | 2 s |
-/// | [`operation_timeout`](Self::with_operation_timeout) | 1 s |
+/// | [`operation_timeout`](Self::with_operation_timeout) | 2 s |
+/// | [`max_connections`](Self::with_max_connections) | 10 (only for the pool `connect_with` opens) |
 ///
-/// The timeouts fail fast, as the Redis backend's 1 s does: a lock service that takes half a
-/// minute to say the database is down holds up every caller. Each must be at least 1 ms;
-/// an operation returns within `acquire_timeout + operation_timeout`, or, when it is retried
-/// once after its connection was found dead, `connect_timeout + operation_timeout` more.
+/// The timeouts fail fast: a lock service that takes half a minute to say the database is
+/// down holds up every caller.
 ///
 /// ```
+/// use std::time::Duration;
 /// use syncguard::postgres::PostgresConfig;
 ///
 /// let config = PostgresConfig::new()
 ///     .with_schema("locking")
 ///     .with_lock_table("app_locks")
-///     .with_fence_table("app_fence_counters");
+///     .with_fence_table("app_fence_counters")
+///     .with_operation_timeout(Duration::from_secs(3));
 /// assert!(config.validate().is_ok());
+/// assert_eq!(config.operation_timeout(), Duration::from_secs(3));
 /// assert!(PostgresConfig::new().with_lock_table("locks; DROP TABLE users").validate().is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,8 +54,9 @@ pub struct PostgresConfig {
     release_notifications: bool,
     release_channel: Option<String>,
     connect_timeout: Duration,
-    acquire_timeout: Duration,
     operation_timeout: Duration,
+    /// Only for the pool `connect_with` opens: `None` unless set, so that `new` can tell.
+    max_connections: Option<u32>,
 }
 
 impl Default for PostgresConfig {
@@ -63,6 +69,8 @@ impl Default for PostgresConfig {
 /// `_acquire`/`_clear_holder` function suffixes within PostgreSQL's 63-byte identifier limit.
 const MAX_LOCK_TABLE_LEN: usize = 40;
 const MAX_IDENTIFIER_LEN: usize = 63;
+/// sqlx's default pool size, the size of the pool `connect_with` opens unless set.
+const DEFAULT_MAX_CONNECTIONS: u32 = 10;
 
 impl PostgresConfig {
     /// The default configuration (see the table above).
@@ -75,8 +83,8 @@ impl PostgresConfig {
             release_notifications: true,
             release_channel: None,
             connect_timeout: Duration::from_secs(2),
-            acquire_timeout: Duration::from_secs(2),
-            operation_timeout: Duration::from_secs(1),
+            operation_timeout: Duration::from_secs(2),
+            max_connections: None,
         }
     }
 
@@ -105,7 +113,7 @@ impl PostgresConfig {
     /// is more than 2 s past the tolerance (so it can never race an extend). Off by default:
     /// `is_locked` is then a pure read. Fence counters are never deleted.
     #[must_use]
-    pub fn with_cleanup_in_is_locked(mut self, enabled: bool) -> Self {
+    pub const fn with_cleanup_in_is_locked(mut self, enabled: bool) -> Self {
         self.cleanup_in_is_locked = enabled;
         self
     }
@@ -131,7 +139,7 @@ impl PostgresConfig {
     /// assert!(!polling.release_notifications());
     /// ```
     #[must_use]
-    pub fn with_release_notifications(mut self, enabled: bool) -> Self {
+    pub const fn with_release_notifications(mut self, enabled: bool) -> Self {
         self.release_notifications = enabled;
         self
     }
@@ -148,51 +156,86 @@ impl PostgresConfig {
         self
     }
 
-    /// How long opening a connection may take (TCP, TLS and authentication): the initial
-    /// connection of [`PostgresBackendBuilder::build`](super::PostgresBackendBuilder::build)
-    /// (and [`PostgresBackend::connect`](super::PostgresBackend::connect)), the fresh
-    /// connection an operation is retried on, and the waiters' listening connection. A refused connection (no server on that
-    /// port) is reported at once as
+    /// How long opening a connection may take (TCP, TLS and authentication): the first
+    /// connection of [`connect_with`](super::PostgresBackend::connect_with) (which it bounds),
+    /// the fresh connection an operation is retried on after its own was found dead (within
+    /// the operation timeout as well), and the waiters' listening connection. A refused
+    /// connection (no server on that port) is reported at once as
     /// [`ErrorCode::ServiceUnavailable`](crate::ErrorCode::ServiceUnavailable), not after this.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use syncguard::postgres::PostgresConfig;
+    ///
+    /// let config = PostgresConfig::new().with_connect_timeout(Duration::from_secs(5));
+    /// assert_eq!(config.connect_timeout(), Duration::from_secs(5));
+    /// ```
     #[must_use]
-    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+    pub const fn with_connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
     }
 
-    /// How long an operation may wait for a pooled connection, opening one included; past
-    /// it, [`ErrorCode::NetworkTimeout`](crate::ErrorCode::NetworkTimeout) (or
-    /// [`ErrorCode::RateLimited`](crate::ErrorCode::RateLimited) when every pooled
-    /// connection stayed busy).
+    /// How long one lock operation may take, end to end: waiting for a pooled connection
+    /// (opening one included), the statement, and its one retry on a fresh connection when the
+    /// first was found dead. Past it, [`ErrorCode::NetworkTimeout`](crate::ErrorCode::NetworkTimeout) (or
+    /// [`ErrorCode::RateLimited`](crate::ErrorCode::RateLimited) when every pooled connection stayed busy), and a connection
+    /// whose statement was cut is closed rather than reused (its state is unknown). It also
+    /// bounds the listening connection's `LISTEN` and its checks.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use syncguard::postgres::PostgresConfig;
+    ///
+    /// let config = PostgresConfig::new().with_operation_timeout(Duration::from_millis(500));
+    /// assert_eq!(config.operation_timeout(), Duration::from_millis(500));
+    /// ```
     #[must_use]
-    pub fn with_acquire_timeout(mut self, timeout: Duration) -> Self {
-        self.acquire_timeout = timeout;
-        self
-    }
-
-    /// How long one statement may take once it has a connection; past it,
-    /// [`ErrorCode::NetworkTimeout`](crate::ErrorCode::NetworkTimeout), and the connection is
-    /// closed rather than reused (its
-    /// state is unknown). It also bounds the listening connection's `LISTEN` and its checks.
-    #[must_use]
-    pub fn with_operation_timeout(mut self, timeout: Duration) -> Self {
+    pub const fn with_operation_timeout(mut self, timeout: Duration) -> Self {
         self.operation_timeout = timeout;
         self
     }
 
+    /// The most connections the pool that
+    /// [`connect_with`](super::PostgresBackend::connect_with) opens may hold (default 10, as
+    /// sqlx's). Only for that pool: [`PostgresBackend::new`](super::PostgresBackend::new) runs
+    /// on your pool, sized by you (`PgPoolOptions::max_connections`), and refuses a
+    /// configuration that sets it. At least 1.
+    ///
+    /// ```
+    /// use syncguard::postgres::PostgresConfig;
+    ///
+    /// assert_eq!(PostgresConfig::new().max_connections(), 10);
+    /// assert_eq!(PostgresConfig::new().with_max_connections(32).max_connections(), 32);
+    /// ```
+    #[must_use]
+    pub const fn with_max_connections(mut self, max: u32) -> Self {
+        self.max_connections = Some(max);
+        self
+    }
+
     /// How long opening a connection may take.
-    pub fn connect_timeout(&self) -> Duration {
+    pub const fn connect_timeout(&self) -> Duration {
         self.connect_timeout
     }
 
-    /// How long an operation may wait for a pooled connection.
-    pub fn acquire_timeout(&self) -> Duration {
-        self.acquire_timeout
+    /// How long one lock operation may take, end to end.
+    pub const fn operation_timeout(&self) -> Duration {
+        self.operation_timeout
     }
 
-    /// How long one statement may take.
-    pub fn operation_timeout(&self) -> Duration {
-        self.operation_timeout
+    /// The most connections the pool `connect_with` opens may hold.
+    pub const fn max_connections(&self) -> u32 {
+        match self.max_connections {
+            Some(max) => max,
+            None => DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+
+    /// The first setting of `self` that only a pool syncguard opens can apply, if one is set:
+    /// what [`PostgresBackend::new`](super::PostgresBackend::new) refuses.
+    pub(super) fn connect_only_setting(&self) -> Option<&'static str> {
+        self.max_connections.map(|_| "with_max_connections")
     }
 
     /// The lock table name.
@@ -211,13 +254,13 @@ impl PostgresConfig {
     }
 
     /// Whether `is_locked` cleans up expired rows.
-    pub fn cleanup_in_is_locked(&self) -> bool {
+    pub const fn cleanup_in_is_locked(&self) -> bool {
         self.cleanup_in_is_locked
     }
 
     /// Whether this backend announces releases and listens for them (see
     /// [`with_release_notifications`](Self::with_release_notifications)).
-    pub fn release_notifications(&self) -> bool {
+    pub const fn release_notifications(&self) -> bool {
         self.release_notifications
     }
 
@@ -250,16 +293,17 @@ impl PostgresConfig {
     /// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) saying which name or
     /// timeout is wrong and what is accepted.
     pub fn validate(&self) -> Result<(), LockError> {
-        for (what, timeout) in [
-            ("connect_timeout", self.connect_timeout),
-            ("acquire_timeout", self.acquire_timeout),
-            ("operation_timeout", self.operation_timeout),
-        ] {
-            if timeout < Duration::from_millis(1) {
-                return Err(LockError::invalid_argument(format!(
-                    "PostgreSQL {what} must be at least 1ms, got {timeout:?}"
-                )));
-            }
+        check_timeouts(
+            "PostgresConfig",
+            &[
+                ("with_connect_timeout", self.connect_timeout),
+                ("with_operation_timeout", self.operation_timeout),
+            ],
+        )?;
+        if self.max_connections == Some(0) {
+            return Err(LockError::invalid_argument(
+                "PostgresConfig::with_max_connections must be at least 1, got 0",
+            ));
         }
         check_identifier("lock table", &self.lock_table, MAX_LOCK_TABLE_LEN)?;
         check_identifier("fence table", &self.fence_table, MAX_IDENTIFIER_LEN)?;
@@ -423,15 +467,21 @@ mod tests {
         let zero = Duration::ZERO;
         for config in [
             PostgresConfig::new().with_connect_timeout(zero),
-            PostgresConfig::new().with_acquire_timeout(zero),
             PostgresConfig::new().with_operation_timeout(Duration::from_micros(999)),
         ] {
             let error = config.validate().unwrap_err();
-            assert!(error.to_string().contains("timeout"), "{error}");
+            assert!(error.to_string().contains("_timeout"), "{error}");
         }
+        let error = PostgresConfig::new()
+            .with_max_connections(0)
+            .validate()
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("with_max_connections"),
+            "{error}"
+        );
         let patient = PostgresConfig::new()
             .with_connect_timeout(Duration::MAX)
-            .with_acquire_timeout(Duration::MAX)
             .with_operation_timeout(Duration::MAX);
         assert!(patient.validate().is_ok());
     }

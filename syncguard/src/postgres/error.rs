@@ -37,7 +37,7 @@ pub(super) fn map_error(error: sqlx::Error, pool: Option<&PgPool>) -> LockError 
             });
             if let Some(pool) = exhausted {
                 LockError::rate_limited(format!(
-                    "all {} pooled PostgreSQL connections stayed busy past the acquire timeout; raise max_connections or lower concurrency",
+                    "all {} pooled PostgreSQL connections stayed busy past the operation timeout; raise max_connections or lower concurrency",
                     pool.options().get_max_connections()
                 ))
             } else {

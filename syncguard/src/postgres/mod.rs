@@ -25,13 +25,12 @@
 //!
 //! ```no_run
 //! # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {
-//! use syncguard::postgres::{PostgresBackend, PostgresConfig, setup_schema};
+//! use syncguard::postgres::{PostgresBackend, setup_schema};
 //! use syncguard::LockOptions;
 //!
-//! let pool = sqlx::PgPool::connect("postgres://app@db/app").await.expect("connect");
-//! let config = PostgresConfig::new();
-//! setup_schema(&pool, &config).await?; // once, at startup (or apply schema.sql)
-//! let backend = PostgresBackend::new(pool, config)?;
+//! let backend = PostgresBackend::connect("postgres://app@db/app").await?;
+//! // Once, at startup (or apply schema.sql).
+//! setup_schema(backend.pool(), backend.config()).await?;
 //!
 //! syncguard::with_lock(&backend, "invoice:7", &LockOptions::default(), async |guard| {
 //!     println!("fence {}", guard.fence());
@@ -39,6 +38,35 @@
 //! })
 //! .await?;
 //! # Ok(()) }
+//! ```
+//!
+//! ## Making a backend
+//!
+//! As every network backend's:
+//!
+//! - [`PostgresBackend::connect(url)`](PostgresBackend::connect): the default configuration;
+//! - [`PostgresBackend::connect_with(url, config)`](PostgresBackend::connect_with): every other
+//!   setting is in the [`PostgresConfig`];
+//! - [`PostgresBackend::new(pool, config)`](PostgresBackend::new): on a [`PgPool`] of yours
+//!   (built with [`PostgresBackend::pool_options`], so that checkouts cost no ping).
+//!
+//! The URL is a libpq-style `postgres://` or `postgresql://` URL; any other scheme is
+//! [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) at once (a Redis URL names the Redis backend). The
+//! [`sqlx`] crate syncguard is built with is re-exported here, so that a pool of yours is of
+//! the same version:
+//!
+//! ```no_run
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use syncguard::postgres::{PostgresBackend, PostgresConfig, sqlx};
+//!
+//! let pool: sqlx::PgPool = PostgresBackend::pool_options()
+//!     .max_connections(20)
+//!     .connect("postgres://app@db/app")
+//!     .await?;
+//! let config = PostgresConfig::new().with_operation_timeout(Duration::from_secs(1));
+//! let backend = PostgresBackend::new(pool, config)?;
+//! # let _ = backend; Ok(()) }
 //! ```
 //!
 //! ## Tables
@@ -202,14 +230,13 @@
 //! ## Timeouts and retries
 //!
 //! Operations fail fast, within the timeouts of the [`PostgresConfig`] (its table gives the
-//! defaults): waiting for a pooled connection
-//! ([`acquire_timeout`](PostgresConfig::with_acquire_timeout)), running the statement
-//! ([`operation_timeout`](PostgresConfig::with_operation_timeout)) and, for a retry, opening a
-//! connection ([`connect_timeout`](PostgresConfig::with_connect_timeout)). Past them an
-//! operation fails with [`ErrorCode::NetworkTimeout`](crate::ErrorCode::NetworkTimeout): during a
-//! partition nothing waits longer. A server that refuses connections (down, or the wrong port) is
-//! [`ErrorCode::ServiceUnavailable`](crate::ErrorCode::ServiceUnavailable) at once. Callers share
-//! the pool in the order they asked, one statement per checkout.
+//! defaults): every lock operation returns within the
+//! [operation timeout](PostgresConfig::with_operation_timeout), end to end (the wait for a
+//! pooled connection, the statement and its one retry); opening a connection is bounded by the
+//! [connect timeout](PostgresConfig::with_connect_timeout) as well. Past them an operation
+//! fails with [`ErrorCode::NetworkTimeout`](crate::ErrorCode::NetworkTimeout): during a partition nothing waits longer. A server
+//! that refuses connections (down, or the wrong port) is [`ErrorCode::ServiceUnavailable`](crate::ErrorCode::ServiceUnavailable) at
+//! once. Callers share the pool in the order they asked, one statement per checkout.
 //!
 //! - A connection whose statement did not end normally (a timeout, an I/O error, a caller
 //!   that dropped the operation) is closed, never reused.
@@ -241,10 +268,10 @@
 //! | error | [`LockError`] |
 //! |---|---|
 //! | connection refused, reset or failed; SQLSTATE classes 08, 53, 57 (server shutdown, terminated backend) and 40 (serialization failure, deadlock); a closed pool; TLS failures | `ServiceUnavailable` |
-//! | the connect, acquire and operation timeouts; a statement timeout (`57014`) | `NetworkTimeout` |
-//! | every pooled connection busy past the acquire timeout | `RateLimited` |
+//! | the connect and operation timeouts; a statement timeout (`57014`) | `NetworkTimeout` |
+//! | every pooled connection busy past the operation timeout | `RateLimited` |
 //! | `28000`, `28P01` (authentication), `42501` (no privilege) | `AuthFailed` |
-//! | classes 22 and 23 (bad data); invalid connection settings; a missing database (`3D000`, naming it) | `InvalidArgument` |
+//! | classes 22 and 23 (bad data); invalid connection settings; a URL of another scheme (before any I/O); a missing database (`3D000`, naming it) | `InvalidArgument` |
 //! | missing tables, columns or acquire function (`42P01`, `42703`, `42883`: run [`setup_schema`]); a damaged or exhausted fence counter; anything else | `Internal` |
 //!
 //! ## TLS
@@ -270,7 +297,6 @@
 //! ```
 
 mod acquire;
-mod builder;
 mod config;
 mod error;
 mod in_doubt;
@@ -282,21 +308,24 @@ mod rows;
 mod session;
 mod statements;
 
+use std::str::FromStr;
 use std::sync::Arc;
 
-use sqlx::postgres::PgPoolOptions;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{AssertSqlSafe, PgPool};
 
-pub use builder::PostgresBackendBuilder;
 pub use config::PostgresConfig;
 use error::map_error;
 use listener::ReleaseListener;
 use operations::guarded_tolerance_ms;
 use refused::RecentlyRefused;
 use session::{Session, boxed};
+/// The sqlx crate this backend is built with, so that your [`PgPool`] is of the same version.
+pub use sqlx;
 use statements::Inner;
 
 use crate::error::LockError;
+use crate::url_scheme::{UrlBackend, check_url_scheme};
 
 /// The schema for the default table names, as a migration file (`schema.sql`). For custom
 /// names, [`PostgresConfig::schema_sql`] renders the same DDL.
@@ -310,9 +339,9 @@ pub use crate::time::CLEANUP_GUARD_MS;
 
 /// Locks in PostgreSQL tables shared with the SyncGuard reference design.
 ///
-/// Cheap to clone (the pool and prepared statement texts are shared). Build it with
-/// [`connect`](Self::connect) (the default configuration), the [`builder`](Self::builder) (a
-/// configuration of your own), or [`new`](Self::new) on a pool of your own (built with
+/// Cheap to clone (the pool and prepared statement texts are shared). Make it with
+/// [`connect`](Self::connect) (the default configuration), [`connect_with`](Self::connect_with)
+/// (a [`PostgresConfig`] of your own), or [`new`](Self::new) on a pool of your own (built with
 /// [`pool_options`](Self::pool_options), so that checkouts cost no ping), after
 /// [`setup_schema`] (or the `schema.sql` migration).
 ///
@@ -370,12 +399,36 @@ pub async fn setup_schema(pool: &PgPool, config: &PostgresConfig) -> Result<(), 
 }
 
 impl PostgresBackend {
-    /// A backend on `pool` with `config`. The schema must exist (see [`setup_schema`]).
+    /// A backend on `pool`, a pool of yours, with `config`. No I/O happens here. The schema
+    /// must exist (see [`setup_schema`]).
     ///
     /// # Errors
-    /// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for invalid table or
-    /// schema names, or timeouts.
+    /// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) naming the setting, for invalid table or schema names or
+    /// timeouts, or a setting only a pool syncguard opens can apply
+    /// ([`with_max_connections`](PostgresConfig::with_max_connections): size your pool with
+    /// [`PgPoolOptions::max_connections`] instead).
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use syncguard::postgres::{PostgresBackend, PostgresConfig};
+    ///
+    /// let pool = PostgresBackend::pool_options().connect("postgres://app@db/app").await?;
+    /// let backend = PostgresBackend::new(pool, PostgresConfig::new().with_schema("locking"))?;
+    /// # let _ = backend; Ok(()) }
+    /// ```
     pub fn new(pool: PgPool, config: PostgresConfig) -> Result<Self, LockError> {
+        if let Some(setting) = config.connect_only_setting() {
+            return Err(LockError::invalid_argument(format!(
+                "PostgresConfig::{setting} applies only to the pool that \
+                 PostgresBackend::connect_with opens; PostgresBackend::new runs on your pool: \
+                 set it there (PgPoolOptions) and leave it out of the config"
+            )));
+        }
+        Self::on_pool(pool, config)
+    }
+
+    /// A backend on `pool`, whichever made it.
+    fn on_pool(pool: PgPool, config: PostgresConfig) -> Result<Self, LockError> {
         let inner = Inner::new(config)?;
         let listener = inner
             .config
@@ -397,9 +450,9 @@ impl PostgresBackend {
         PgPoolOptions::new().test_before_acquire(false)
     }
 
-    /// Connects a pool with [`pool_options`](Self::pool_options) and builds the backend with
-    /// the default [`PostgresConfig`]. For another configuration, use the
-    /// [`builder`](Self::builder). The schema must exist (see [`setup_schema`]).
+    /// Connects a pool of its own to `url` with the default [`PostgresConfig`];
+    /// [`connect_with`](Self::connect_with) takes a configuration of yours. The schema must
+    /// exist (see [`setup_schema`]).
     ///
     /// ```no_run
     /// # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {
@@ -411,36 +464,60 @@ impl PostgresBackend {
     /// ```
     ///
     /// # Errors
-    /// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for a bad URL, or one
-    /// naming a database the server does not have;
-    /// [`ErrorCode::ServiceUnavailable`](crate::ErrorCode::ServiceUnavailable) at once when nothing
-    /// listens at the URL's address;
-    /// [`ErrorCode::NetworkTimeout`](crate::ErrorCode::NetworkTimeout) when connecting takes longer
-    /// than the connect timeout;
-    /// [`ErrorCode::ServiceUnavailable`](crate::ErrorCode::ServiceUnavailable) when TLS fails (the
-    /// server's certificate rejected, or
-    /// an `sslmode` that needs TLS without the `postgres-tls` feature); other mapped
-    /// connection errors (for example [`ErrorCode::AuthFailed`](crate::ErrorCode::AuthFailed)).
+    /// As [`connect_with`](Self::connect_with).
     pub async fn connect(url: &str) -> Result<Self, LockError> {
-        Self::builder(url).build().await
+        Self::connect_with(url, PostgresConfig::new()).await
     }
 
-    /// A builder for a backend that connects a pool of its own to `url`, with a configuration
-    /// of your own. No I/O happens until [`build`](PostgresBackendBuilder::build).
+    /// Checks `url` and `config`, connects a pool of its own (from
+    /// [`pool_options`](Self::pool_options), of
+    /// [`max_connections`](PostgresConfig::with_max_connections)) and makes the backend on
+    /// it, connecting once so that a wrong URL or a server that is down fails here, within
+    /// the [connect timeout](PostgresConfig::with_connect_timeout). The schema must exist
+    /// (see [`setup_schema`]).
     ///
     /// ```no_run
     /// # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {
     /// use std::time::Duration;
-    /// use syncguard::postgres::{PostgresBackend, PostgresConfig};
+    /// use syncguard::postgres::{PostgresBackend, PostgresConfig, setup_schema};
     ///
-    /// let backend = PostgresBackend::builder("postgres://app@db/app")
-    ///     .config(PostgresConfig::new().with_acquire_timeout(Duration::from_secs(5)))
-    ///     .build()
-    ///     .await?;
-    /// # let _ = backend; Ok(()) }
+    /// let config = PostgresConfig::new()
+    ///     .with_lock_table("app_locks")
+    ///     .with_fence_table("app_fence_counters")
+    ///     .with_operation_timeout(Duration::from_secs(1));
+    /// let backend = PostgresBackend::connect_with("postgres://app@db/app", config).await?;
+    /// setup_schema(backend.pool(), backend.config()).await?;
+    /// # Ok(()) }
     /// ```
-    pub fn builder(url: &str) -> PostgresBackendBuilder {
-        PostgresBackendBuilder::new(url)
+    ///
+    /// # Errors
+    /// Before any I/O, [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for a URL whose scheme is not
+    /// `postgres` or `postgresql` (naming the Redis backend for a Redis URL), a malformed URL,
+    /// or a bad configuration (naming the setting); then
+    /// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for a URL naming a database the server does not have;
+    /// [`ErrorCode::ServiceUnavailable`](crate::ErrorCode::ServiceUnavailable) at once when nothing listens at the URL's address;
+    /// [`ErrorCode::NetworkTimeout`](crate::ErrorCode::NetworkTimeout) when connecting takes longer than the connect timeout;
+    /// [`ErrorCode::ServiceUnavailable`](crate::ErrorCode::ServiceUnavailable) when TLS fails (the server's certificate rejected, or
+    /// an `sslmode` that needs TLS without the `postgres-tls` feature); other mapped
+    /// connection errors (for example [`ErrorCode::AuthFailed`](crate::ErrorCode::AuthFailed)).
+    pub async fn connect_with(url: &str, config: PostgresConfig) -> Result<Self, LockError> {
+        check_url_scheme(url, UrlBackend::Postgres)?;
+        config.validate()?;
+        let options = PgConnectOptions::from_str(url).map_err(|e| {
+            LockError::invalid_argument("invalid PostgreSQL connection URL")
+                .with_source(error::driver_error(e))
+        })?;
+        let pool = Self::pool_options()
+            .max_connections(config.max_connections())
+            .acquire_timeout(config.operation_timeout())
+            .connect_lazy_with(options);
+        let backend = Self::on_pool(pool, config)?;
+        // Connect now, so that a wrong URL or a server that is down fails here.
+        backend
+            .session
+            .run_first(|conn, _| boxed(sqlx::query("SELECT 1").execute(conn)))
+            .await?;
+        Ok(backend)
     }
 
     /// The pool the backend runs on.

@@ -7,12 +7,12 @@
 //!   them out in the order callers asked and, built with
 //!   [`PostgresBackend::pool_options`](super::PostgresBackend::pool_options), without a ping
 //!   before use: the caller waits for one round trip per operation.
-//! - Waiting for a connection is bounded by the acquire timeout. A server that refuses
+//! - An operation, from its wait for a connection to its answer (its retry included), is
+//!   bounded by the operation timeout: one deadline, taken when it starts. A server that refuses
 //!   connections (none on that port) is reported at once: sqlx would retry a refused
 //!   connection until the timeout, so a wait that lasts while the pool opens a connection
 //!   probes the server's port itself.
-//! - A statement is bounded by the operation timeout. A connection whose statement did not
-//!   end normally (timeout, I/O error, server shutdown) is closed, never reused.
+//! - A connection whose statement did not end normally (timeout, I/O error, server shutdown) is closed, never reused.
 //! - A statement whose connection was dead (closed by a server restart, terminated by an
 //!   administrator) is retried once, on a freshly opened connection. Every statement of the
 //!   backend may run twice: extends and reads are idempotent, a second release finds nothing
@@ -26,7 +26,7 @@ use std::io::ErrorKind;
 use std::time::Duration;
 
 use sqlx::{Connection, PgConnection, PgPool};
-use tokio::time::{sleep, timeout};
+use tokio::time::{Instant, sleep, timeout, timeout_at};
 
 use super::error::map_error;
 use super::kept::{Kept, Taken};
@@ -48,8 +48,33 @@ pub(super) struct Session {
     pool: PgPool,
     kept: Kept,
     connect_timeout: Duration,
-    acquire_timeout: Duration,
     operation_timeout: Duration,
+}
+
+/// How long a run may take, and what to call that bound in its timeout error.
+#[derive(Clone, Copy)]
+pub(super) struct Budget {
+    deadline: Instant,
+    within: Duration,
+    /// `"operation timeout"`, or `"connect timeout"` for the first connection.
+    name: &'static str,
+}
+
+impl Budget {
+    fn new(within: Duration, name: &'static str) -> Self {
+        Self {
+            deadline: Instant::now() + within,
+            within,
+            name,
+        }
+    }
+
+    fn timed_out(&self, what: &str) -> LockError {
+        LockError::network_timeout(format!(
+            "{what} within the {} ({:?})",
+            self.name, self.within
+        ))
+    }
 }
 
 /// Why a statement failed.
@@ -66,7 +91,6 @@ impl Session {
             kept: Kept::new(pool.clone()),
             pool,
             connect_timeout: config.connect_timeout(),
-            acquire_timeout: config.acquire_timeout(),
             operation_timeout: config.operation_timeout(),
         }
     }
@@ -76,25 +100,48 @@ impl Session {
     }
 
     /// Runs `statement` on a pooled connection, and once more on a fresh connection if that
-    /// one was dead.
+    /// one was dead, all within the operation timeout.
     pub(super) async fn run<T, F>(&self, statement: F) -> Result<T, LockError>
     where
         F: for<'c> Fn(&'c mut PgConnection, Attempt) -> BoxFuture<'c, Result<T, sqlx::Error>>,
     {
+        let budget = Budget::new(self.operation_timeout, "operation timeout");
+        self.run_within(budget, statement).await
+    }
+
+    /// [`run`](Self::run) within the connect timeout: the first connection of a backend that
+    /// opens its own pool.
+    pub(super) async fn run_first<T, F>(&self, statement: F) -> Result<T, LockError>
+    where
+        F: for<'c> Fn(&'c mut PgConnection, Attempt) -> BoxFuture<'c, Result<T, sqlx::Error>>,
+    {
+        let budget = Budget::new(self.connect_timeout, "connect timeout");
+        self.run_within(budget, statement).await
+    }
+
+    async fn run_within<T, F>(&self, budget: Budget, statement: F) -> Result<T, LockError>
+    where
+        F: for<'c> Fn(&'c mut PgConnection, Attempt) -> BoxFuture<'c, Result<T, sqlx::Error>>,
+    {
         let mut pooled = Pooled {
-            taken: Some(self.checkout().await?),
+            taken: Some(self.checkout(budget).await?),
             clean: true,
             kept: &self.kept,
         };
-        let dead = match self.execute(&mut pooled, &statement, Attempt::First).await {
+        let dead = match self
+            .execute(&mut pooled, &statement, Attempt::First, budget)
+            .await
+        {
             Ok(value) => return Ok(value),
             Err(Failure::Other(error)) => return Err(error),
             Err(Failure::DeadConnection(error)) => error,
         };
         drop(pooled); // closed: its statement did not end normally
         tracing::debug!(error = %dead, "syncguard: PostgreSQL connection was dead; retrying once on a fresh one");
-        let mut fresh = self.connect().await?;
-        let result = self.execute(&mut fresh, &statement, Attempt::Retry).await;
+        let mut fresh = self.connect(budget).await?;
+        let result = self
+            .execute(&mut fresh, &statement, Attempt::Retry, budget)
+            .await;
         match result {
             Ok(value) => {
                 // Closed politely in the background; its answer is not waited for.
@@ -106,18 +153,19 @@ impl Session {
         }
     }
 
-    /// One run of `statement` on `conn`, within the operation timeout.
+    /// One run of `statement` on `conn`, within `budget`.
     async fn execute<T, F, C>(
         &self,
         conn: &mut C,
         statement: &F,
         attempt: Attempt,
+        budget: Budget,
     ) -> Result<T, Failure>
     where
         F: for<'c> Fn(&'c mut PgConnection, Attempt) -> BoxFuture<'c, Result<T, sqlx::Error>>,
         C: Checkout,
     {
-        let outcome = timeout(self.operation_timeout, statement(conn.start(), attempt)).await;
+        let outcome = timeout_at(budget.deadline, statement(conn.start(), attempt)).await;
         match outcome {
             Ok(Ok(value)) => {
                 conn.finish();
@@ -136,21 +184,20 @@ impl Session {
                     Err(Failure::Other(map_error(error, Some(&self.pool))))
                 }
             }
-            Err(_elapsed) => Err(Failure::Other(LockError::network_timeout(format!(
-                "PostgreSQL did not answer within the operation timeout ({:?})",
-                self.operation_timeout
-            )))),
+            Err(_elapsed) => Err(Failure::Other(
+                budget.timed_out("PostgreSQL did not answer"),
+            )),
         }
     }
 
-    /// A kept connection, or one from the pool within the acquire timeout; a refused
-    /// connection is reported at once.
-    async fn checkout(&self) -> Result<Taken, LockError> {
+    /// A kept connection, or one from the pool within `budget`; a refused connection is
+    /// reported at once.
+    async fn checkout(&self, budget: Budget) -> Result<Taken, LockError> {
         let _waiting = match self.kept.take() {
             Ok(kept) => return Ok(kept),
             Err(waiting) => waiting,
         };
-        let acquire = timeout(self.acquire_timeout, self.pool.acquire());
+        let acquire = timeout_at(budget.deadline, self.pool.acquire());
         let refused = async {
             sleep(PROBE_AFTER).await;
             // Only while the pool is opening a connection: a pool whose connections are all
@@ -172,12 +219,16 @@ impl Session {
         }
     }
 
-    /// A connection opened now, outside the pool, within the connect timeout.
-    async fn connect(&self) -> Result<PgConnection, LockError> {
+    /// A connection opened now, outside the pool, within the connect timeout and `budget`.
+    async fn connect(&self, budget: Budget) -> Result<PgConnection, LockError> {
         let options = self.pool.connect_options();
-        match timeout(self.connect_timeout, PgConnection::connect_with(&options)).await {
+        let connect_by = (Instant::now() + self.connect_timeout).min(budget.deadline);
+        match timeout_at(connect_by, PgConnection::connect_with(&options)).await {
             Ok(Ok(conn)) => Ok(conn),
             Ok(Err(error)) => Err(map_error(error, None)),
+            Err(_elapsed) if connect_by == budget.deadline => {
+                Err(budget.timed_out("could not connect to PostgreSQL"))
+            }
             Err(_elapsed) => Err(LockError::network_timeout(format!(
                 "could not connect to PostgreSQL within the connect timeout ({:?})",
                 self.connect_timeout

@@ -15,6 +15,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use ::redis::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
@@ -24,6 +25,7 @@ use super::batch_call::send;
 pub(crate) use super::batch_call::{Header, NewExpiry, Op, Reply};
 use super::connection::Conn;
 use super::orphans::{Orphan, Orphans};
+use super::within;
 use crate::error::LockError;
 
 /// The most calls in one script call: bounds how long one batch holds the server (well under a
@@ -60,10 +62,12 @@ pub(crate) struct Batcher {
     on_the_wire: Arc<Semaphore>,
     /// Callers between the start and the end of [`run`](Self::run).
     callers: AtomicUsize,
+    /// Every call ends within it.
+    operation_timeout: Duration,
 }
 
 impl Batcher {
-    pub(crate) fn new(conn: Conn, header: Header) -> Self {
+    pub(crate) fn new(conn: Conn, header: Header, operation_timeout: Duration) -> Self {
         Self {
             conn,
             header: Arc::new(header),
@@ -71,6 +75,7 @@ impl Batcher {
             orphans: Arc::default(),
             on_the_wire: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
             callers: AtomicUsize::new(0),
+            operation_timeout,
         }
     }
 
@@ -80,8 +85,14 @@ impl Batcher {
     }
 
     /// Runs `op`, in a script call of its own when its caller is the only one, else in the
-    /// next batch, and returns its reply.
+    /// next batch, and returns its reply, within the operation timeout. A call cut short by
+    /// it is dropped, which lets go of an acquire it may have made (see [`Sending`] and
+    /// [`Waiting`]).
     pub(crate) async fn run(&self, op: Op) -> Result<Reply, LockError> {
+        within(self.operation_timeout, "answer", self.run_unbounded(op)).await
+    }
+
+    async fn run_unbounded(&self, op: Op) -> Result<Reply, LockError> {
         let caller = Caller::enter(&self.callers);
         // Alone only when no other call is under way: callers that come while others wait
         // for their answers batch, however briefly the wire is empty between two batches.

@@ -3,11 +3,12 @@
 use std::time::Duration;
 
 use crate::error::LockError;
+use crate::timeouts::check_timeouts;
 
 /// The key prefix used when none is configured, as in the reference design.
 ///
 /// ```
-/// assert_eq!(syncguard::redis::RedisConfig::new().prefix, syncguard::redis::DEFAULT_PREFIX);
+/// assert_eq!(syncguard::redis::RedisConfig::new().prefix(), syncguard::redis::DEFAULT_PREFIX);
 /// ```
 pub const DEFAULT_PREFIX: &str = "syncguard";
 
@@ -26,41 +27,131 @@ pub const MAX_PREFIX_BYTES: usize = 128;
 /// ```
 pub use crate::time::CLEANUP_GUARD_MS;
 
-/// Layout and behaviour settings shared by every connection mode.
+/// Every setting of a [`RedisBackend`](super::RedisBackend) but where it connects: what
+/// [`RedisBackend::connect_with`](super::RedisBackend::connect_with) (beside the URL) and
+/// [`RedisBackend::new`](super::RedisBackend::new) (beside your connection) take.
 ///
-/// Pass it to [`RedisBackend::from_connection_manager`](super::RedisBackend::from_connection_manager)
-/// or [`RedisBackend::from_pool`](super::RedisBackend::from_pool); the
-/// [`builder`](super::RedisBackend::builder) sets the same values. The prefix is validated when
-/// the backend is built.
+/// Set with `with_*`, read with the bare name. Checked when the backend is made, before any
+/// I/O; a bad setting is [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) naming it, and nothing is made. Where
+/// the backend connects (one server, and the topologies to come) is the URL's to say, never
+/// the configuration's.
+///
+/// Some settings govern only the connections syncguard opens itself
+/// ([`connection_mode`](Self::with_connection_mode),
+/// [`reconnect_retries`](Self::with_reconnect_retries), `tls_root_certs`):
+/// [`RedisBackend::new`](super::RedisBackend::new), on a connection of yours, refuses a
+/// configuration that sets them, rather than ignore them.
 ///
 /// ```
+/// use std::time::Duration;
 /// use syncguard::redis::RedisConfig;
 ///
-/// let config = RedisConfig::new().with_prefix("billing").with_cleanup_in_is_locked(true);
-/// assert_eq!(config.prefix, "billing");
-/// assert!(config.cleanup_in_is_locked);
-/// assert_eq!(RedisConfig::default().prefix, "syncguard");
-/// assert!(RedisConfig::default().release_notifications);
+/// let config = RedisConfig::new()
+///     .with_prefix("billing")
+///     .with_cleanup_in_is_locked(true)
+///     .with_operation_timeout(Duration::from_millis(500));
+/// assert_eq!(config.prefix(), "billing");
+/// assert!(config.cleanup_in_is_locked());
+/// assert_eq!(RedisConfig::default().prefix(), "syncguard");
+/// assert!(RedisConfig::default().release_notifications());
 /// ```
 ///
 /// # Default
 ///
 /// | setting | default |
 /// |---|---|
-/// | [`prefix`](Self::prefix) | [`DEFAULT_PREFIX`] (`"syncguard"`) |
-/// | [`cleanup_in_is_locked`](Self::cleanup_in_is_locked) | `false` |
-/// | [`release_notifications`](Self::release_notifications) | `true` |
+/// | [`prefix`](Self::with_prefix) | [`DEFAULT_PREFIX`] (`"syncguard"`) |
+/// | [`cleanup_in_is_locked`](Self::with_cleanup_in_is_locked) | `false` |
+/// | [`release_notifications`](Self::with_release_notifications) | `true` |
+/// | [`connect_timeout`](Self::with_connect_timeout) | 1 s |
+/// | [`operation_timeout`](Self::with_operation_timeout) | 1 s |
+/// | [`connection_mode`](Self::with_connection_mode) | [`ConnectionMode::Multiplexed`] (only for `connect_with`) |
+/// | [`reconnect_retries`](Self::with_reconnect_retries) | 2 (only for `connect_with`) |
+/// | `tls_root_certs` (feature `redis-tls`) | none: the Mozilla root certificates (only for `connect_with`) |
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct RedisConfig {
+    prefix: String,
+    cleanup_in_is_locked: bool,
+    release_notifications: bool,
+    connect_timeout: Duration,
+    operation_timeout: Duration,
+    // Only for the connections `connect_with` opens: `None` unless set, so that `new` can tell.
+    connection_mode: Option<ConnectionMode>,
+    reconnect_retries: Option<usize>,
+    #[cfg(feature = "redis-tls")]
+    tls_root_certs: Option<TlsRoots>,
+}
+
+/// PEM certificates, shown by size only in `Debug`.
+#[cfg(feature = "redis-tls")]
+#[derive(Clone, PartialEq, Eq)]
+pub(super) struct TlsRoots(pub(super) Vec<u8>);
+
+#[cfg(feature = "redis-tls")]
+impl std::fmt::Debug for TlsRoots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "<{} bytes of PEM>", self.0.len())
+    }
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The reconnection attempts of the multiplexed connection unless set.
+const DEFAULT_RECONNECT_RETRIES: usize = 2;
+
+impl RedisConfig {
+    /// The default configuration (see the table above).
+    ///
+    /// ```
+    /// let config = syncguard::redis::RedisConfig::new();
+    /// assert_eq!(config.prefix(), "syncguard");
+    /// ```
+    pub fn new() -> Self {
+        Self {
+            prefix: DEFAULT_PREFIX.to_owned(),
+            cleanup_in_is_locked: false,
+            release_notifications: true,
+            connect_timeout: Duration::from_secs(1),
+            operation_timeout: Duration::from_secs(1),
+            connection_mode: None,
+            reconnect_retries: None,
+            #[cfg(feature = "redis-tls")]
+            tls_root_certs: None,
+        }
+    }
+
     /// The namespace of every key this backend writes (default `"syncguard"`). Services that
     /// share locks must use the same prefix; see [`validate_prefix`] for what is accepted.
-    pub prefix: String,
+    ///
+    /// ```
+    /// let config = syncguard::redis::RedisConfig::new().with_prefix("app:locks");
+    /// assert_eq!(config.prefix(), "app:locks");
+    /// ```
+    #[must_use]
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
     /// Whether `is_locked` deletes the data of a lock it finds expired for more than
     /// [`CLEANUP_GUARD_MS`] (default `false`: `is_locked` is a pure read). Only the lock key
     /// and its index are deleted, never a fence counter. Redis also drops lock keys by their
     /// own TTL, so this only matters for keys written without one.
-    pub cleanup_in_is_locked: bool,
+    ///
+    /// ```
+    /// let config = syncguard::redis::RedisConfig::new().with_cleanup_in_is_locked(true);
+    /// assert!(config.cleanup_in_is_locked());
+    /// ```
+    #[must_use]
+    pub const fn with_cleanup_in_is_locked(mut self, enabled: bool) -> Self {
+        self.cleanup_in_is_locked = enabled;
+        self
+    }
+
     /// Whether this backend announces releases and listens for them (default `true`; see
     /// [waiting](super#waiting)). On, a refused acquire marks the lock, the release of a marked
     /// lock publishes its key on the release channel `<prefix>:released`, and the backend
@@ -69,81 +160,215 @@ pub struct RedisConfig {
     /// releases reach other waiters only through their polling, as a reference (TypeScript)
     /// service's do. The same switch as the PostgreSQL backend's
     /// `PostgresConfig::with_release_notifications` (feature `postgres`).
-    pub release_notifications: bool,
-}
-
-impl Default for RedisConfig {
-    fn default() -> Self {
-        Self {
-            prefix: DEFAULT_PREFIX.to_owned(),
-            cleanup_in_is_locked: false,
-            release_notifications: true,
-        }
-    }
-}
-
-impl RedisConfig {
-    /// The default configuration: prefix `"syncguard"`, no cleanup in `is_locked`, releases
-    /// announced and listened for.
-    ///
-    /// ```
-    /// let config = syncguard::redis::RedisConfig::new();
-    /// assert_eq!(config.prefix, "syncguard");
-    /// ```
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Sets the key prefix (validated when the backend is built).
-    ///
-    /// ```
-    /// let config = syncguard::redis::RedisConfig::new().with_prefix("app:locks");
-    /// assert_eq!(config.prefix, "app:locks");
-    /// ```
-    #[must_use]
-    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// Enables or disables the opt-in cleanup of long-expired locks in `is_locked`.
-    ///
-    /// ```
-    /// let config = syncguard::redis::RedisConfig::new().with_cleanup_in_is_locked(true);
-    /// assert!(config.cleanup_in_is_locked);
-    /// ```
-    #[must_use]
-    pub fn with_cleanup_in_is_locked(mut self, enabled: bool) -> Self {
-        self.cleanup_in_is_locked = enabled;
-        self
-    }
-
-    /// Enables or disables release notifications: publishing releases on the release channel,
-    /// and subscribing to it (see [`release_notifications`](Self::release_notifications)).
-    /// Off, the backend's waiters poll.
     ///
     /// ```
     /// let config = syncguard::redis::RedisConfig::new().with_release_notifications(false);
     /// assert!(!config.release_notifications());
     /// ```
     #[must_use]
-    pub fn with_release_notifications(mut self, enabled: bool) -> Self {
+    pub const fn with_release_notifications(mut self, enabled: bool) -> Self {
         self.release_notifications = enabled;
         self
     }
 
+    /// How long opening a connection may take: the connections
+    /// [`connect_with`](super::RedisBackend::connect_with) opens (which it bounds, with the
+    /// operation timeout for loading the scripts), their reconnections, and the release
+    /// subscriber's connection (also under [`new`](super::RedisBackend::new), given a release
+    /// client).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config = syncguard::redis::RedisConfig::new().with_connect_timeout(Duration::from_secs(3));
+    /// assert_eq!(config.connect_timeout(), Duration::from_secs(3));
+    /// ```
+    #[must_use]
+    pub const fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one lock operation may take, end to end (waiting for a pooled connection or a
+    /// place in a batch, and the reply); past it, [`ErrorCode::NetworkTimeout`](crate::ErrorCode::NetworkTimeout). An acquire
+    /// cut short may still be applied by Redis: it is released in the background (see
+    /// [timeouts](super#timeouts-and-acquires-in-doubt)). Enforced by the backend itself, so
+    /// it holds under [`new`](super::RedisBackend::new) too, whatever your connection's own
+    /// timeouts. It also bounds the subscriber's `SUBSCRIBE` and checks.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config = syncguard::redis::RedisConfig::new()
+    ///     .with_operation_timeout(Duration::from_millis(500));
+    /// assert_eq!(config.operation_timeout(), Duration::from_millis(500));
+    /// ```
+    #[must_use]
+    pub const fn with_operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = timeout;
+        self
+    }
+
+    /// How the connections [`connect_with`](super::RedisBackend::connect_with) opens talk to
+    /// Redis (default [`ConnectionMode::Multiplexed`], the faster one). Only for
+    /// `connect_with`: [`new`](super::RedisBackend::new) takes the connection itself, and
+    /// refuses a configuration that sets this.
+    ///
+    /// ```
+    /// use syncguard::redis::{ConnectionMode, RedisConfig};
+    /// let config = RedisConfig::new().with_connection_mode(ConnectionMode::Pool { max_size: 16 });
+    /// assert_eq!(config.connection_mode(), ConnectionMode::Pool { max_size: 16 });
+    /// ```
+    #[must_use]
+    pub const fn with_connection_mode(mut self, mode: ConnectionMode) -> Self {
+        self.connection_mode = Some(mode);
+        self
+    }
+
+    /// How many times the multiplexed connection that
+    /// [`connect_with`](super::RedisBackend::connect_with) opens retries reconnecting
+    /// (exponential backoff from 100 ms) before the waiting operations fail with
+    /// `ServiceUnavailable` (default 2). Only for `connect_with`:
+    /// [`new`](super::RedisBackend::new) refuses a configuration that sets it.
+    ///
+    /// ```
+    /// let config = syncguard::redis::RedisConfig::new().with_reconnect_retries(5);
+    /// assert_eq!(config.reconnect_retries(), 5);
+    /// ```
+    #[must_use]
+    pub const fn with_reconnect_retries(mut self, retries: usize) -> Self {
+        self.reconnect_retries = Some(retries);
+        self
+    }
+
+    /// Trusts only the CA certificates in `pem` (one or more, PEM-encoded) for a `rediss://`
+    /// URL, instead of the Mozilla root certificates: for a server whose certificate comes
+    /// from a private CA. The host name is still verified. Feature `redis-tls`. Only for
+    /// [`connect_with`](super::RedisBackend::connect_with), with a `rediss://` URL:
+    /// [`new`](super::RedisBackend::new) refuses a configuration that sets it.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use syncguard::redis::{RedisBackend, RedisConfig};
+    ///
+    /// let config = RedisConfig::new().with_tls_root_certs(std::fs::read("/etc/ssl/redis-ca.pem")?);
+    /// let backend = RedisBackend::connect_with("rediss://redis.internal:6380", config).await?;
+    /// # let _ = backend; Ok(()) }
+    /// ```
+    #[cfg(feature = "redis-tls")]
+    #[must_use]
+    pub fn with_tls_root_certs(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root_certs = Some(TlsRoots(pem.into()));
+        self
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Whether `is_locked` cleans up long-expired locks.
+    pub const fn cleanup_in_is_locked(&self) -> bool {
+        self.cleanup_in_is_locked
+    }
+
     /// Whether this backend announces releases and listens for them (see
-    /// [`release_notifications`](Self::release_notifications)).
+    /// [`with_release_notifications`](Self::with_release_notifications)).
     ///
     /// ```
     /// assert!(syncguard::redis::RedisConfig::new().release_notifications());
     /// ```
-    pub fn release_notifications(&self) -> bool {
+    pub const fn release_notifications(&self) -> bool {
         self.release_notifications
+    }
+
+    /// How long opening a connection may take.
+    pub const fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// How long one lock operation may take, end to end.
+    pub const fn operation_timeout(&self) -> Duration {
+        self.operation_timeout
+    }
+
+    /// How the connections `connect_with` opens talk to Redis.
+    pub const fn connection_mode(&self) -> ConnectionMode {
+        match self.connection_mode {
+            Some(mode) => mode,
+            None => ConnectionMode::Multiplexed,
+        }
+    }
+
+    /// How many times the multiplexed connection retries reconnecting.
+    pub const fn reconnect_retries(&self) -> usize {
+        match self.reconnect_retries {
+            Some(retries) => retries,
+            None => DEFAULT_RECONNECT_RETRIES,
+        }
+    }
+
+    /// The trusted CA certificates set with
+    /// [`with_tls_root_certs`](Self::with_tls_root_certs), PEM-encoded.
+    #[cfg(feature = "redis-tls")]
+    pub fn tls_root_certs(&self) -> Option<&[u8]> {
+        self.tls_root_certs.as_ref().map(|roots| roots.0.as_slice())
+    }
+
+    /// Checks every setting.
+    ///
+    /// # Errors
+    /// [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) naming the setting that is wrong and what is accepted.
+    ///
+    /// ```
+    /// use syncguard::redis::RedisConfig;
+    ///
+    /// assert!(RedisConfig::new().validate().is_ok());
+    /// let error = RedisConfig::new().with_prefix("a b").validate().unwrap_err();
+    /// assert!(error.to_string().contains("prefix"));
+    /// ```
+    pub fn validate(&self) -> Result<(), LockError> {
+        validate_prefix(&self.prefix)?;
+        check_timeouts(
+            "RedisConfig",
+            &[
+                ("with_connect_timeout", self.connect_timeout),
+                ("with_operation_timeout", self.operation_timeout),
+            ],
+        )?;
+        if self.connection_mode == Some(ConnectionMode::Pool { max_size: 0 }) {
+            return Err(LockError::invalid_argument(
+                "RedisConfig::with_connection_mode: the pool size (max_size) must be at least 1",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The first setting of `self` that only connections syncguard opens can apply, if one
+    /// is set: what [`RedisBackend::new`](super::RedisBackend::new) refuses.
+    pub(super) fn connect_only_setting(&self) -> Option<&'static str> {
+        #[cfg(feature = "redis-tls")]
+        if self.tls_root_certs.is_some() {
+            return Some("with_tls_root_certs");
+        }
+        if self.connection_mode.is_some() {
+            Some("with_connection_mode")
+        } else if self.reconnect_retries.is_some() {
+            Some("with_reconnect_retries")
+        } else {
+            None
+        }
+    }
+
+    /// What the release subscriber connects within.
+    pub(super) fn net(&self) -> NetConfig {
+        NetConfig {
+            connection_timeout: self.connect_timeout,
+            response_timeout: self.operation_timeout,
+        }
     }
 }
 
-/// How a [`RedisBackend`](super::RedisBackend) built by the builder talks to Redis.
+/// How the connections of [`RedisBackend::connect_with`](super::RedisBackend::connect_with)
+/// talk to Redis ([`RedisConfig::with_connection_mode`]).
 ///
 /// ```
 /// use syncguard::redis::ConnectionMode;
@@ -167,22 +392,11 @@ pub enum ConnectionMode {
     },
 }
 
-/// Network settings of the builder.
+/// The timeouts of the release subscriber's connection.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct NetConfig {
     pub(crate) connection_timeout: Duration,
     pub(crate) response_timeout: Duration,
-    pub(crate) reconnect_retries: usize,
-}
-
-impl Default for NetConfig {
-    fn default() -> Self {
-        Self {
-            connection_timeout: Duration::from_secs(1),
-            response_timeout: Duration::from_secs(1),
-            reconnect_retries: 2,
-        }
-    }
 }
 
 /// Checks a key prefix for the Redis backend and returns it as stored.
@@ -250,6 +464,37 @@ fn is_prefix_char(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn settings_are_checked_and_named() {
+        let zero = Duration::ZERO;
+        for (config, setting) in [
+            (
+                RedisConfig::new().with_connect_timeout(zero),
+                "with_connect_timeout",
+            ),
+            (
+                RedisConfig::new().with_operation_timeout(zero),
+                "with_operation_timeout",
+            ),
+            (
+                RedisConfig::new().with_connection_mode(ConnectionMode::Pool { max_size: 0 }),
+                "with_connection_mode",
+            ),
+            (RedisConfig::new().with_prefix("a:"), "prefix"),
+        ] {
+            let error = config.validate().unwrap_err();
+            assert_eq!(error.code(), crate::ErrorCode::InvalidArgument);
+            assert!(error.to_string().contains(setting), "{error}");
+        }
+        assert_eq!(RedisConfig::new().connect_only_setting(), None);
+        assert_eq!(
+            RedisConfig::new()
+                .with_reconnect_retries(2)
+                .connect_only_setting(),
+            Some("with_reconnect_retries")
+        );
+    }
 
     #[test]
     fn prefixes() {

@@ -17,6 +17,76 @@ pub(super) enum Conn {
     Pool(deadpool_redis::Pool),
 }
 
+/// A connection of yours for [`RedisBackend::new`](super::RedisBackend::new): a redis-rs
+/// [`ConnectionManager`] (multiplexed, auto-reconnecting) or a deadpool-redis pool, each
+/// turned into one by `From` (so `new` takes either as it is), and optionally the
+/// [`redis::Client`](::redis::Client) the release subscriber connects with.
+///
+/// Neither a manager nor a pool tells where it connects, so without
+/// [`with_release_client`](Self::with_release_client) the backend cannot subscribe to
+/// releases, and its waiters poll (see [waiting](super#waiting)).
+///
+/// ```no_run
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use syncguard::redis::{RedisBackend, RedisConfig, RedisConnection, redis};
+///
+/// let client = redis::Client::open("redis://127.0.0.1:6379")?;
+/// let manager = redis::aio::ConnectionManager::new(client.clone()).await?;
+/// let connection = RedisConnection::from(manager).with_release_client(client);
+/// let backend = RedisBackend::new(connection, RedisConfig::new())?;
+/// # let _ = backend; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisConnection {
+    pub(super) conn: Conn,
+    pub(super) release_client: Option<::redis::Client>,
+}
+
+impl RedisConnection {
+    /// The client the release subscriber connects with: it should reach the same server,
+    /// with the same credentials, as the connection. The subscriber's connection opens the
+    /// first time something waits, within the configuration's connect and operation
+    /// timeouts. With [release notifications](super::RedisConfig::with_release_notifications)
+    /// off, nothing subscribes.
+    #[must_use]
+    pub fn with_release_client(mut self, client: ::redis::Client) -> Self {
+        self.release_client = Some(client);
+        self
+    }
+}
+
+impl From<ConnectionManager> for RedisConnection {
+    fn from(manager: ConnectionManager) -> Self {
+        Self {
+            conn: Conn::Manager(manager),
+            release_client: None,
+        }
+    }
+}
+
+impl From<deadpool_redis::Pool> for RedisConnection {
+    fn from(pool: deadpool_redis::Pool) -> Self {
+        Self {
+            conn: Conn::Pool(pool),
+            release_client: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for RedisConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Addresses and credentials are left out.
+        let kind = match &self.conn {
+            Conn::Manager(_) => "ConnectionManager",
+            Conn::Pool(_) => "deadpool_redis::Pool",
+        };
+        f.debug_struct("RedisConnection")
+            .field("conn", &kind)
+            .field("release_client", &self.release_client.is_some())
+            .finish()
+    }
+}
+
 /// Why a script call failed: the command, or (pool mode) getting a connection.
 pub(super) enum ConnError {
     Redis(::redis::RedisError),

@@ -27,7 +27,7 @@ pub(crate) fn map_redis_error(error: RedisError) -> LockError {
     let mapped = if error.is_timeout() {
         LockError::network_timeout(
             "Redis did not answer in time; the operation may or may not have been applied, \
-             check the server load or raise the response timeout",
+             check the server load or raise the operation timeout",
         )
     } else if kind == ErrorKind::AuthenticationFailed
         || kind == ErrorKind::Server(ServerErrorKind::NoPerm)
@@ -77,6 +77,8 @@ pub(crate) fn map_redis_error(error: RedisError) -> LockError {
             "Redis rejected the data stored under a lock key (wrong type or not SyncGuard lock \
              JSON); another program writes under this key prefix, use a prefix of your own",
         )
+    } else if is_missing_database(&error) {
+        missing_database(None)
     } else {
         LockError::internal(format!(
             "unexpected Redis error ({})",
@@ -84,6 +86,56 @@ pub(crate) fn map_redis_error(error: RedisError) -> LockError {
         ))
     };
     mapped.with_source(driver_error(error))
+}
+
+/// Whether `error` is the server's answer to a `SELECT` of a database it does not have (the
+/// database index at the end of the URL).
+fn is_missing_database(error: &RedisError) -> bool {
+    error.code() == Some("ERR")
+        && error
+            .detail()
+            .is_some_and(|detail| detail.contains(OUT_OF_RANGE))
+}
+
+/// What Redis answers a `SELECT` of a database it does not have.
+const OUT_OF_RANGE: &str = "DB index is out of range";
+
+/// A database the server does not have: `db` when the URL is known.
+fn missing_database(db: Option<i64>) -> LockError {
+    let which = match db {
+        Some(db) => format!("database {db} (the /{db} at the end of the URL)"),
+        None => "database of the index the URL names (the /<index> at its end)".to_owned(),
+    };
+    LockError::invalid_argument(format!(
+        "the Redis server has no {which}: it answered \"DB index is out of range\"; use a \
+         database index the server has, from 0 to its `databases` setting minus one (0 to 15 \
+         by default), or leave it out for database 0"
+    ))
+}
+
+/// `error` saying which database is missing, when it is a missing database (see
+/// [`missing_database`]); otherwise `error` itself.
+pub(super) fn naming_database(error: LockError, db: i64) -> LockError {
+    let mut next: Option<&(dyn Error + 'static)> = error.source();
+    while let Some(cause) = next {
+        let answer: Option<BoxError> = match (
+            cause.downcast_ref::<ServerError>(),
+            cause.downcast_ref::<RedisError>(),
+        ) {
+            (Some(server), _) => (server.code() == "ERR"
+                && server
+                    .details()
+                    .is_some_and(|detail| detail.contains(OUT_OF_RANGE)))
+            .then(|| Box::new(server.clone()) as BoxError),
+            (None, Some(redis)) => is_missing_database(redis).then(|| driver_error(redis.clone())),
+            (None, None) => None,
+        };
+        if let Some(answer) = answer {
+            return missing_database(Some(db)).with_source(answer);
+        }
+        next = cause.source();
+    }
+    error
 }
 
 /// The error to keep as the source: the one inside redis-rs's error, whose text is exactly
@@ -123,7 +175,7 @@ fn tls_error(tls: &rustls::Error) -> LockError {
     let hint = match tls {
         rustls::Error::InvalidCertificate(_) => {
             "; the server's certificate was rejected: for a private CA, give its certificate \
-             to RedisBackendBuilder::tls_root_certs, and connect by a host name (or IP) the \
+             to RedisConfig::with_tls_root_certs, and connect by a host name (or IP) the \
              certificate names"
         }
         _ => "",

@@ -28,6 +28,32 @@
 //! # Ok(()) }
 //! ```
 //!
+//! ## Making a backend
+//!
+//! As every network backend's:
+//!
+//! - [`RedisBackend::connect(url)`](RedisBackend::connect): the default configuration;
+//! - [`RedisBackend::connect_with(url, config)`](RedisBackend::connect_with): every other
+//!   setting is in the [`RedisConfig`];
+//! - [`RedisBackend::new(connection, config)`](RedisBackend::new): on a connection of yours,
+//!   a redis-rs `ConnectionManager` or a deadpool-redis pool ([`RedisConnection`]).
+//!
+//! The URL says where the backend connects: `redis://`, `rediss://` (TLS), `redis+unix://` /
+//! `unix://` (a socket), or their `valkey` forms; any other scheme is
+//! [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) at once (a PostgreSQL URL names the PostgreSQL backend).
+//! The [`redis`] and [`deadpool_redis`] crates syncguard is built with are re-exported here,
+//! so that a connection of yours is of the same versions:
+//!
+//! ```no_run
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use syncguard::redis::{RedisBackend, RedisConfig, deadpool_redis};
+//!
+//! let pool = deadpool_redis::Config::from_url("redis://127.0.0.1:6379")
+//!     .create_pool(Some(deadpool_redis::Runtime::Tokio1))?;
+//! let backend = RedisBackend::new(pool, RedisConfig::new().with_prefix("app"))?;
+//! # let _ = backend; Ok(()) }
+//! ```
+//!
 //! ## Storage layout and compatibility
 //!
 //! Storage follows the reference design's Redis layout, so a Rust and a TypeScript SyncGuard
@@ -75,14 +101,15 @@
 //!
 //! ## Timeouts and acquires in doubt
 //!
-//! A reply that does not come within the
-//! [response timeout](RedisBackendBuilder::response_timeout) (1 s by default) fails the call
-//! with [`ErrorCode::NetworkTimeout`](crate::ErrorCode::NetworkTimeout). The multiplexed connection
-//! reconnects on its own;
-//! calls fail with [`ErrorCode::ServiceUnavailable`](crate::ErrorCode::ServiceUnavailable) once its
-//! [reconnection attempts](RedisBackendBuilder::reconnect_retries) are spent.
+//! An operation that does not end within the
+//! [operation timeout](RedisConfig::with_operation_timeout) (1 s by default; waiting for a
+//! pooled connection or a batch included) fails with [`ErrorCode::NetworkTimeout`](crate::ErrorCode::NetworkTimeout); the
+//! backend enforces it itself, on connections of yours too. The multiplexed connection that
+//! [`connect_with`](RedisBackend::connect_with) opens reconnects on its own; calls fail with
+//! [`ErrorCode::ServiceUnavailable`](crate::ErrorCode::ServiceUnavailable) once its
+//! [reconnection attempts](RedisConfig::with_reconnect_retries) are spent.
 //!
-//! An acquire whose answer never came (the response timeout passed, the connection broke)
+//! An acquire whose answer never came (the operation timeout passed, the connection broke)
 //! may still be applied by Redis later: a request held up in the network, or by a paused
 //! server, runs when it arrives. The backend then releases that lock id (only if it holds the
 //! lock) as soon as the connection answers again, trying until the lock's ttl is over; a
@@ -112,7 +139,7 @@
 //!   time something waits on it, subscribes to the channel, and hands every key it hears to
 //!   this process's waiters of that key: the first of them (they queue in arrival order) tries
 //!   the lock at once. The connection is made as the backend's own are (URL, credentials, TLS,
-//!   the builder's connection and response timeouts) and closes when the last clone of the
+//!   the configuration's connect and operation timeouts) and closes when the last clone of the
 //!   backend is dropped, or with the runtime it started on.
 //! - **Fallback.** A message is a hint, never a condition: a waiter also tries when the
 //!   holder's lease ends (a refused acquire reports the holder's stored `expiresAtMs`) and at
@@ -138,18 +165,14 @@
 //! - **Permissions.** With ACLs the user needs `PUBLISH` and `SUBSCRIBE` on the channel
 //!   (`&<prefix>:released`). Without them, releases still succeed (a refused publish is
 //!   ignored) and waiters poll.
-//! - **A backend on a connection of yours** ([`from_connection_manager`],
-//!   [`from_pool`]) cannot tell where to subscribe: its waiters poll unless given the client
-//!   with [`with_release_client`](RedisBackend::with_release_client).
-//! - **Turning it off.** [`RedisConfig::with_release_notifications`]`(false)` (or the
-//!   builder's [`release_notifications`](RedisBackendBuilder::release_notifications)`(false)`)
-//!   turns both halves off, as the PostgreSQL backend's switch of the same name does: the
+//! - **A backend on a connection of yours** ([`RedisBackend::new`]) cannot tell where to
+//!   subscribe: its waiters poll unless given the client with
+//!   [`RedisConnection::with_release_client`].
+//! - **Turning it off.** [`RedisConfig::with_release_notifications`]`(false)` turns both
+//!   halves off, as the PostgreSQL backend's switch of the same name does: the
 //!   backend publishes nothing and subscribes to nothing, and its waiters poll (at the retry
 //!   policy's delays and at the holder's lease end). Other backends' waiters find its releases
 //!   by polling.
-//!
-//! [`from_connection_manager`]: RedisBackend::from_connection_manager
-//! [`from_pool`]: RedisBackend::from_pool
 //!
 //! ## Errors
 //!
@@ -159,9 +182,9 @@
 //! | error | [`LockError`] |
 //! |---|---|
 //! | I/O errors, dropped or refused connections, rejected TLS certificates; `LOADING`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `READONLY`, `BUSY`, `OOM`, `MISCONF`; a closed pool; scripts lost again right after loading | `ServiceUnavailable` |
-//! | no reply within the response timeout; pool timeouts (waiting, opening, checking a connection) | `NetworkTimeout` |
+//! | no reply within the operation timeout; pool timeouts (waiting, opening, checking a connection) | `NetworkTimeout` |
 //! | `NOAUTH`, `WRONGPASS`, `NOPERM` (the user needs `GET`, `SET`, `DEL`, `INCR`, `TIME`, `EVALSHA`, `EVAL`, `SCRIPT LOAD`; `FCALL` and `FUNCTION LOAD` are used when permitted) | `AuthFailed` |
-//! | `WRONGTYPE`, and data under a lock key that is not SyncGuard lock JSON (another program writes under the prefix) | `InvalidArgument` |
+//! | `WRONGTYPE`, and data under a lock key that is not SyncGuard lock JSON (another program writes under the prefix); a database index the server does not have (`ERR DB index is out of range`) | `InvalidArgument` |
 //! | anything else | `Internal` |
 //!
 //! ## TLS
@@ -177,11 +200,11 @@
 // feature) when it is off, so that docs built without it have no broken link.
 #![cfg_attr(
     feature = "redis-tls",
-    doc = "[tls_root_certs]: RedisBackendBuilder::tls_root_certs"
+    doc = "[tls_root_certs]: RedisConfig::with_tls_root_certs"
 )]
 #![cfg_attr(
     not(feature = "redis-tls"),
-    doc = concat!("[tls_root_certs]: https://docs.rs/syncguard/", env!("CARGO_PKG_VERSION"), "/syncguard/redis/struct.RedisBackendBuilder.html#method.tls_root_certs")
+    doc = concat!("[tls_root_certs]: https://docs.rs/syncguard/", env!("CARGO_PKG_VERSION"), "/syncguard/redis/struct.RedisConfig.html#method.with_tls_root_certs")
 )]
 //!
 //! ```no_run
@@ -192,7 +215,7 @@
 //!
 //! redis-rs builds its TLS settings with rustls' process-wide default crypto provider, and
 //! panics without one (as when two providers are compiled in), so
-//! [`build`](RedisBackendBuilder::build) and [`from_pool`](RedisBackend::from_pool) install
+//! [`connect_with`](RedisBackend::connect_with) and [`new`](RedisBackend::new) (on a pool) install
 //! *ring* as that default unless one is installed already. An application that wants another
 //! provider, or that opens `rediss://` connections of its own before, installs one first
 //! (`rustls::crypto::ring::default_provider().install_default()`).
@@ -200,8 +223,8 @@
 mod batch;
 mod batch_call;
 mod batch_function;
-mod builder;
 mod config;
+mod connect;
 mod connection;
 mod error;
 mod keys;
@@ -213,33 +236,36 @@ mod subscriber;
 
 use std::fmt;
 use std::sync::Arc;
-
-use ::redis::aio::ConnectionManager;
+use std::time::Duration;
 
 use crate::error::LockError;
 use crate::key::normalize_key;
 use crate::lock_id::LockId;
 
-pub use builder::RedisBackendBuilder;
-use config::NetConfig;
 pub use config::{
     CLEANUP_GUARD_MS, ConnectionMode, DEFAULT_PREFIX, MAX_PREFIX_BYTES, RedisConfig,
     validate_prefix,
 };
+pub use connection::RedisConnection;
 #[cfg(feature = "redis-tls")]
 use connection::install_crypto_provider;
 use connection::{Conn, load_all};
+/// The deadpool-redis crate this backend is built with, so that your pool is of the same
+/// version.
+pub use deadpool_redis;
 use error::map_pool_error;
 use keys::Layout;
+/// The redis-rs crate this backend is built with, so that your `ConnectionManager` and
+/// `Client` are of the same version.
+pub use redis;
 use subscriber::ReleaseSubscriber;
 
 /// Distributed locks on Redis: Lua scripts by FCALL or EVALSHA (concurrent acquire, release and extend
 /// calls batched into one), server time (`TIME`) as the time authority, fences from `INCR`.
 ///
-/// Cheap to clone (an `Arc` inside): clone it into tasks. Build it with
-/// [`connect`](Self::connect), the [`builder`](Self::builder), or from a connection you
-/// already have ([`from_connection_manager`](Self::from_connection_manager),
-/// [`from_pool`](Self::from_pool)). See the [module documentation](self) for the storage
+/// Cheap to clone (an `Arc` inside): clone it into tasks. Make it with
+/// [`connect`](Self::connect) (the default configuration), [`connect_with`](Self::connect_with)
+/// (a [`RedisConfig`] of yours), or [`new`](Self::new) on a connection you already have. See the [module documentation](self) for the storage
 /// layout, the persistence requirement, timeouts and errors.
 ///
 /// ```no_run
@@ -269,6 +295,8 @@ struct Inner {
     layout: Layout,
     /// The cleanup guard passed to `is_locked` (`0` = no cleanup).
     cleanup_guard_ms: u64,
+    /// Every operation ends within it.
+    operation_timeout: Duration,
     /// Whether releases are published on the release channel and subscribed to.
     release_notifications: bool,
     /// The release channel's subscriber, which wakes this process's waiters.
@@ -276,164 +304,88 @@ struct Inner {
 }
 
 impl RedisBackend {
-    /// Connects with the defaults (prefix `"syncguard"`, one multiplexed connection) and loads
-    /// the scripts, so that a wrong URL, password or ACL fails here.
+    /// A backend on `connection`, a connection of yours: a redis-rs `ConnectionManager` or a
+    /// deadpool-redis pool (each is a [`RedisConnection`] by `From`), with `config`. No I/O
+    /// happens here; scripts load on first use. The operation timeout holds whatever your
+    /// connection's own timeouts.
+    ///
+    /// Its waiters poll unless the connection carries a client to subscribe to releases with
+    /// ([`RedisConnection::with_release_client`]).
     ///
     /// # Errors
-    /// `InvalidArgument` for a malformed URL, `ServiceUnavailable` / `NetworkTimeout` when the
-    /// server cannot be reached, `ServiceUnavailable` when TLS fails (the server's certificate
-    /// rejected, say), `AuthFailed` for rejected credentials or permissions.
-    ///
-    /// ```no_run
-    /// # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {
-    /// let backend = syncguard::redis::RedisBackend::connect("redis://127.0.0.1:6379").await?;
-    /// # let _ = backend; Ok(()) }
-    /// ```
-    pub async fn connect(url: &str) -> Result<Self, LockError> {
-        Self::builder(url).build().await
-    }
-
-    /// A builder for a backend that opens its own connections to `url`
-    /// (`redis://[user:password@]host[:port][/db]`, or `rediss://` for TLS with the
-    /// `redis-tls` feature).
-    ///
-    /// ```no_run
-    /// # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {
-    /// use std::time::Duration;
-    /// use syncguard::redis::{ConnectionMode, RedisBackend};
-    ///
-    /// let backend = RedisBackend::builder("redis://127.0.0.1:6379")
-    ///     .prefix("billing")
-    ///     .mode(ConnectionMode::Multiplexed)
-    ///     .response_timeout(Duration::from_secs(2))
-    ///     .build()
-    ///     .await?;
-    /// # let _ = backend; Ok(()) }
-    /// ```
-    pub fn builder(url: &str) -> RedisBackendBuilder {
-        RedisBackendBuilder::new(url)
-    }
-
-    /// A backend on an existing `ConnectionManager` (multiplexed, auto-reconnecting; its
-    /// clones share one connection). No I/O happens here; scripts load on first use.
-    ///
-    /// Its waiters poll: a `ConnectionManager` does not tell where it connects, so give the
-    /// [`redis::Client`] it was made from to [`with_release_client`](Self::with_release_client)
-    /// for waiters that wake on release.
-    ///
-    /// # Errors
-    /// `InvalidArgument` for an invalid prefix (see [`validate_prefix`]).
+    /// `InvalidArgument` naming the setting, for a bad setting (see
+    /// [`RedisConfig::validate`]), or one that only the connections
+    /// [`connect_with`](Self::connect_with) opens can apply (the connection mode, reconnect
+    /// retries, TLS roots: set them on your connection instead).
     ///
     /// ```no_run
     /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use syncguard::redis::{RedisBackend, RedisConfig};
+    /// use syncguard::redis::{RedisBackend, RedisConfig, redis};
     ///
     /// let client = redis::Client::open("redis://127.0.0.1:6379")?;
     /// let manager = redis::aio::ConnectionManager::new(client).await?;
-    /// let backend = RedisBackend::from_connection_manager(manager, RedisConfig::new())?;
+    /// let backend = RedisBackend::new(manager, RedisConfig::new())?;
     /// # let _ = backend; Ok(()) }
     /// ```
-    pub fn from_connection_manager(
-        manager: ConnectionManager,
+    pub fn new(
+        connection: impl Into<RedisConnection>,
         config: RedisConfig,
     ) -> Result<Self, LockError> {
-        Self::with_conn(Conn::Manager(manager), &config, None)
-    }
-
-    /// A backend on an existing deadpool-redis pool. No I/O happens here; scripts load on
-    /// first use.
-    ///
-    /// Its waiters poll: a pool does not tell where it connects, so give a [`redis::Client`]
-    /// for the same server to [`with_release_client`](Self::with_release_client) for waiters
-    /// that wake on release.
-    ///
-    /// # Errors
-    /// `InvalidArgument` for an invalid prefix (see [`validate_prefix`]).
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use syncguard::redis::{RedisBackend, RedisConfig};
-    ///
-    /// let pool = deadpool_redis::Config::from_url("redis://127.0.0.1:6379")
-    ///     .create_pool(Some(deadpool_redis::Runtime::Tokio1))?;
-    /// let backend = RedisBackend::from_pool(pool, RedisConfig::new().with_prefix("app"))?;
-    /// # let _ = backend; Ok(()) }
-    /// ```
-    pub fn from_pool(pool: deadpool_redis::Pool, config: RedisConfig) -> Result<Self, LockError> {
-        // The pool opens its connections later, in our operations.
+        if let Some(setting) = config.connect_only_setting() {
+            return Err(LockError::invalid_argument(format!(
+                "RedisConfig::{setting} applies only to the connections that \
+                 RedisBackend::connect_with opens; RedisBackend::new runs on your connection: \
+                 set it there and leave it out of the config"
+            )));
+        }
+        let RedisConnection {
+            conn,
+            release_client,
+        } = connection.into();
+        // A pool opens its connections later, in our operations.
         #[cfg(feature = "redis-tls")]
-        install_crypto_provider();
-        Self::with_conn(Conn::Pool(pool), &config, None)
+        if matches!(conn, Conn::Pool(_)) {
+            install_crypto_provider();
+        }
+        Self::with_conn(conn, &config, release_client)
     }
 
-    /// `subscriber`: the client the release subscriber connects with, and its timeouts
-    /// (`None`: not until [`with_release_client`](Self::with_release_client)).
+    /// `client`: the client the release subscriber connects with (`None`: none, waiters poll).
     fn with_conn(
         conn: Conn,
         config: &RedisConfig,
-        subscriber: Option<(::redis::Client, NetConfig)>,
+        client: Option<::redis::Client>,
     ) -> Result<Self, LockError> {
-        let prefix = validate_prefix(&config.prefix)?;
-        let layout = Layout::new(prefix);
+        config.validate()?;
+        let layout = Layout::new(config.prefix());
         let header = batch::Header {
             index_prefix: layout.index_prefix().into(),
-            release_channel: if config.release_notifications {
+            release_channel: if config.release_notifications() {
                 layout.release_channel().into()
             } else {
                 "".into()
             },
             function: batch_function::BatchFunction::default(),
         };
-        // Off, nothing subscribes (nor does a client given later).
-        let (client, net) = subscriber.filter(|_| config.release_notifications).unzip();
-        let releases =
-            ReleaseSubscriber::new(layout.release_channel(), client, net.unwrap_or_default());
+        // Off, nothing subscribes.
+        let client = client.filter(|_| config.release_notifications());
+        let releases = ReleaseSubscriber::new(layout.release_channel(), client, config.net());
         Ok(Self {
             inner: Arc::new(Inner {
-                batcher: batch::Batcher::new(conn.clone(), header),
+                batcher: batch::Batcher::new(conn.clone(), header, config.operation_timeout()),
                 known: known::KnownKeys::default(),
                 conn,
                 layout,
-                cleanup_guard_ms: if config.cleanup_in_is_locked {
+                cleanup_guard_ms: if config.cleanup_in_is_locked() {
                     CLEANUP_GUARD_MS
                 } else {
                     0
                 },
-                release_notifications: config.release_notifications,
+                operation_timeout: config.operation_timeout(),
+                release_notifications: config.release_notifications(),
                 releases,
             }),
         })
-    }
-
-    /// Subscribes to releases with `client`, for a backend made with
-    /// [`from_connection_manager`](Self::from_connection_manager) or
-    /// [`from_pool`](Self::from_pool), whose waiters otherwise poll (a backend from
-    /// [`connect`](Self::connect) or the [`builder`](Self::builder) subscribes with its own
-    /// settings already). `client` should reach the same server, with the same credentials, as
-    /// the backend's connections; the subscriber connection opens the first time something
-    /// waits, with a connection timeout and a response timeout of 1 s (see
-    /// [waiting](self#waiting)). Given to a backend already subscribed, it replaces the
-    /// subscription (for every clone).
-    ///
-    /// ```no_run
-    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use syncguard::redis::{RedisBackend, RedisConfig};
-    ///
-    /// let client = redis::Client::open("redis://127.0.0.1:6379")?;
-    /// let manager = redis::aio::ConnectionManager::new(client.clone()).await?;
-    /// let backend = RedisBackend::from_connection_manager(manager, RedisConfig::new())?
-    ///     .with_release_client(client);
-    /// # let _ = backend; Ok(()) }
-    /// ```
-    ///
-    /// With [release notifications](RedisConfig::release_notifications) off, it changes
-    /// nothing: the backend subscribes to nothing, and its waiters poll.
-    #[must_use]
-    pub fn with_release_client(self, client: ::redis::Client) -> Self {
-        if self.inner.release_notifications {
-            self.inner.releases.set_client(client);
-        }
-        self
     }
 
     /// Whether this backend announces releases and listens for them (see
@@ -441,10 +393,10 @@ impl RedisBackend {
     ///
     /// ```no_run
     /// # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {
-    /// let backend = syncguard::redis::RedisBackend::builder("redis://127.0.0.1:6379")
-    ///     .release_notifications(false)
-    ///     .build()
-    ///     .await?;
+    /// use syncguard::redis::{RedisBackend, RedisConfig};
+    ///
+    /// let config = RedisConfig::new().with_release_notifications(false);
+    /// let backend = RedisBackend::connect_with("redis://127.0.0.1:6379", config).await?;
     /// assert!(!backend.release_notifications());
     /// # Ok(()) }
     /// ```
@@ -558,13 +510,44 @@ impl RedisBackend {
     /// ```
     pub async fn load_scripts(&self) -> Result<(), LockError> {
         let function = &self.inner.batcher.header().function;
-        match &self.inner.conn {
-            Conn::Manager(manager) => load_all(&mut manager.clone(), function).await,
-            Conn::Pool(pool) => {
-                load_all(&mut pool.get().await.map_err(map_pool_error)?, function).await
+        let load = async {
+            match &self.inner.conn {
+                Conn::Manager(manager) => load_all(&mut manager.clone(), function).await,
+                Conn::Pool(pool) => {
+                    load_all(&mut pool.get().await.map_err(map_pool_error)?, function).await
+                }
             }
-        }
+        };
+        self.within_operation_timeout("load the scripts", load)
+            .await
     }
+
+    /// `operation`, failed with [`ErrorCode::NetworkTimeout`](crate::ErrorCode::NetworkTimeout) when it does not end within the
+    /// operation timeout.
+    pub(super) async fn within_operation_timeout<T>(
+        &self,
+        what: &str,
+        operation: impl std::future::Future<Output = Result<T, LockError>>,
+    ) -> Result<T, LockError> {
+        within(self.inner.operation_timeout, what, operation).await
+    }
+}
+
+/// `operation`, failed with [`ErrorCode::NetworkTimeout`](crate::ErrorCode::NetworkTimeout) when it does not end within
+/// `timeout` (the operation timeout).
+pub(super) async fn within<T>(
+    timeout: Duration,
+    what: &str,
+    operation: impl std::future::Future<Output = Result<T, LockError>>,
+) -> Result<T, LockError> {
+    tokio::time::timeout(timeout, operation)
+        .await
+        .unwrap_or_else(|_elapsed| {
+            Err(LockError::network_timeout(format!(
+                "Redis did not {what} within the operation timeout ({timeout:?}); the \
+                 operation may or may not have been applied"
+            )))
+        })
 }
 
 impl fmt::Debug for RedisBackend {

@@ -23,13 +23,17 @@ use crate::lock_id::LockId;
 use crate::time::{TIME_TOLERANCE_MS, check_expiry, is_live, ttl_millis};
 
 impl RedisBackend {
-    /// Runs one script command, reloading the script once on NOSCRIPT.
+    /// Runs one script command, reloading the script once on NOSCRIPT, within the operation
+    /// timeout.
     async fn eval(&self, script: &LuaScript, cmd: &Cmd) -> Result<Value, LockError> {
-        self.inner
-            .conn
-            .eval(script, cmd)
-            .await
-            .map_err(ConnError::into_lock_error)
+        let call = async {
+            self.inner
+                .conn
+                .eval(script, cmd)
+                .await
+                .map_err(ConnError::into_lock_error)
+        };
+        self.within_operation_timeout("answer", call).await
     }
 
     /// One acquire; with a `holder` (`acquire_as`), re-entrant by that holder, who is stored

@@ -9,7 +9,7 @@
 //! once, in case the release it waits for went by meanwhile. A lost connection is opened again
 //! after a pause that doubles (up to [`LONGEST_PAUSE`]) while the server stays out of reach; a
 //! connection that stays silent is checked with a `PING`, so that one a partition cut silently
-//! is noticed within [`CHECK_AFTER_SILENCE`] and the response timeout.
+//! is noticed within [`CHECK_AFTER_SILENCE`] and the operation timeout.
 
 use std::convert::Infallible;
 use std::future::poll_fn;
@@ -69,8 +69,8 @@ struct Setup {
 }
 
 impl ReleaseSubscriber {
-    /// A subscriber to `channel`, connecting with `client` (`None`: not before
-    /// [`set_client`](Self::set_client)) within the timeouts of `net`.
+    /// A subscriber to `channel`, connecting with `client` (`None`: none, waiters poll)
+    /// within the timeouts of `net`.
     pub(super) fn new(channel: &str, client: Option<Client>, net: NetConfig) -> Self {
         Self {
             notifier: ReleaseNotifier::new(),
@@ -88,14 +88,6 @@ impl ReleaseSubscriber {
     /// Whether the subscriber knows where to connect.
     pub(super) fn has_client(&self) -> bool {
         self.state().client.is_some()
-    }
-
-    /// Connects with `client` from now on: a running subscription stops, and the next waiter
-    /// starts another.
-    pub(super) fn set_client(&self, client: Client) {
-        let mut state = self.state();
-        state.client = Some(client);
-        state.stop = None;
     }
 
     /// Wakes this process's waiters of `key`, released by this backend without a publish
@@ -168,7 +160,7 @@ async fn keep_subscribed(setup: &Setup, notifier: &ReleaseNotifier) -> Infallibl
 }
 
 /// Opens a connection (as the backend's own: address, credentials, TLS) and subscribes to the
-/// release channel, within the connection and response timeouts.
+/// release channel, within the connect and operation timeouts.
 async fn open(setup: &Setup) -> Result<(PubSubSink, PubSubStream), LockError> {
     let pubsub = timeout(
         setup.net.connection_timeout,

@@ -29,7 +29,7 @@ use proxy::Proxy;
 use servers::{PostgresServer, RedisServer};
 use sqlx::{Connection, PgConnection};
 use syncguard::postgres::{PostgresBackend, PostgresConfig, setup_schema};
-use syncguard::redis::{ConnectionMode, RedisBackend};
+use syncguard::redis::{ConnectionMode, RedisBackend, RedisConfig};
 use timed::{CallTimes, timed};
 use tokio::time::sleep;
 use workload::{Figures, TTL};
@@ -82,13 +82,15 @@ async fn redis_under_faults() {
         ConnectionMode::Multiplexed,
         ConnectionMode::Pool { max_size: 8 },
     ] {
-        let backend = RedisBackend::builder(&url)
-            .mode(mode)
-            .response_timeout(TIMEOUT)
-            .connection_timeout(TIMEOUT)
-            .build()
-            .await
-            .expect("connect to the suite's redis-server");
+        let backend = RedisBackend::connect_with(
+            &url,
+            RedisConfig::new()
+                .with_connection_mode(mode)
+                .with_operation_timeout(TIMEOUT)
+                .with_connect_timeout(TIMEOUT),
+        )
+        .await
+        .expect("connect to the suite's redis-server");
         instances.push(timed(backend, &times));
     }
 
@@ -136,14 +138,11 @@ async fn postgres_under_faults() {
         .replace(&server.addr(), &proxy.addr().to_string());
     let config = PostgresConfig::new()
         .with_connect_timeout(TIMEOUT)
-        .with_acquire_timeout(TIMEOUT)
         .with_operation_timeout(TIMEOUT);
     let times = Arc::new(CallTimes::default());
     let mut instances = Vec::new();
     for _ in 0..2 {
-        let backend = PostgresBackend::builder(&url)
-            .config(config.clone())
-            .build()
+        let backend = PostgresBackend::connect_with(&url, config.clone())
             .await
             .expect("connect to the suite's PostgreSQL");
         instances.push(timed(backend, &times));

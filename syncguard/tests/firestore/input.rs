@@ -38,15 +38,52 @@ async fn custom_collections_are_used_and_validated() {
     ] {
         let error = FirestoreBackend::new(db.clone(), config.clone()).unwrap_err();
         assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
-        let error = FirestoreBackend::builder(&project)
-            .config(config)
-            .build()
+        let error = FirestoreBackend::connect_with(&project, config)
             .await
             .unwrap_err();
         assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
     }
     let error = FirestoreBackend::connect("").await.unwrap_err();
     assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
+}
+
+/// `new` runs on a client of yours: the connect timeout, which only bounds making a client,
+/// is refused, naming it, rather than silently ignored; bad timeouts are refused by both,
+/// naming them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn settings_that_cannot_apply_or_are_bad_are_refused_naming_them() {
+    let project = project();
+    let db = client(&project).await;
+    let connect_only = FirestoreConfig::new().with_connect_timeout(Duration::from_secs(3));
+    let error = FirestoreBackend::new(db.clone(), connect_only.clone()).unwrap_err();
+    assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
+    assert!(
+        error.to_string().contains("with_connect_timeout"),
+        "{error}"
+    );
+    let backend = FirestoreBackend::connect_with(&project, connect_only)
+        .await
+        .unwrap();
+    assert_eq!(backend.config().connect_timeout(), Duration::from_secs(3));
+
+    for (config, setting) in [
+        (
+            FirestoreConfig::new().with_operation_timeout(Duration::ZERO),
+            "with_operation_timeout",
+        ),
+        (
+            FirestoreConfig::new().with_connect_timeout(Duration::ZERO),
+            "with_connect_timeout",
+        ),
+    ] {
+        let error = FirestoreBackend::connect_with(&project, config.clone())
+            .await
+            .unwrap_err();
+        assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
+        assert!(error.to_string().contains(setting), "{setting}: {error}");
+        let error = FirestoreBackend::new(db.clone(), config).unwrap_err();
+        assert!(error.to_string().contains(setting), "{setting}: {error}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

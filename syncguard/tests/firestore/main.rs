@@ -59,7 +59,9 @@ pub(crate) async fn client(project: &str) -> FirestoreDb {
 pub(crate) async fn warm_up_emulator() {
     static WARM: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     WARM.get_or_init(|| async {
-        let backend = FirestoreBackend::connect(&project())
+        // A cold emulator may take longer than the default operation timeout.
+        let patient = FirestoreConfig::new().with_operation_timeout(Duration::from_secs(60));
+        let backend = FirestoreBackend::connect_with(&project(), patient)
             .await
             .expect("connect to the Firestore emulator");
         for round in 0..20 {
@@ -83,9 +85,7 @@ pub(crate) async fn warm_up_emulator() {
 
 pub(crate) async fn backend_in(project: &str, config: FirestoreConfig) -> FirestoreBackend {
     warm_up_emulator().await;
-    let backend = FirestoreBackend::builder(project)
-        .config(config.clone())
-        .build()
+    let backend = FirestoreBackend::connect_with(project, config.clone())
         .await
         .expect("connect to the Firestore emulator");
     assert_eq!(backend.config(), &config);

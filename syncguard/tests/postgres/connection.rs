@@ -35,9 +35,7 @@ async fn connect_builds_a_working_backend_and_rejects_bad_urls() {
 
     // The builder takes a configuration, and uses it.
     let config = PostgresConfig::new().with_lock_table(unique("built"));
-    let built = PostgresBackend::builder(&postgres_url())
-        .config(config.clone())
-        .build()
+    let built = PostgresBackend::connect_with(&postgres_url(), config.clone())
         .await
         .unwrap();
     assert_eq!(built.config(), &config);
@@ -64,16 +62,16 @@ async fn connect_builds_a_working_backend_and_rejects_bad_urls() {
 
     let error = PostgresBackend::connect("not a url").await.unwrap_err();
     assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
-    let error = PostgresBackend::builder("not a url")
-        .build()
+    let error = PostgresBackend::connect_with("not a url", PostgresConfig::new())
         .await
         .unwrap_err();
     assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
-    let error = PostgresBackend::builder(&postgres_url())
-        .config(PostgresConfig::new().with_lock_table("a-b"))
-        .build()
-        .await
-        .unwrap_err();
+    let error = PostgresBackend::connect_with(
+        &postgres_url(),
+        PostgresConfig::new().with_lock_table("a-b"),
+    )
+    .await
+    .unwrap_err();
     assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
 }
 
@@ -317,4 +315,104 @@ async fn kept_connections_go_back_to_the_pool() {
         .await
         .unwrap_err();
     assert!(error.to_string().contains("closed"), "{error}");
+}
+
+/// A URL of another scheme is refused before any I/O, naming the scheme (and, for a Redis
+/// URL, the Redis backend): before, `mysql://` connected as if it were PostgreSQL, and a Redis
+/// URL waited for a PostgreSQL handshake until the connect timeout.
+#[tokio::test]
+async fn urls_of_other_schemes_are_refused_at_once_naming_the_backend() {
+    // Accepts connections and never answers, as a server of another protocol would not.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let config = PostgresConfig::new().with_connect_timeout(Duration::from_secs(5));
+    for (url, says) in [
+        (format!("redis://127.0.0.1:{port}"), "RedisBackend"),
+        (
+            format!("rediss://:secret@127.0.0.1:{port}/0"),
+            "RedisBackend",
+        ),
+        (
+            format!("mysql://root:secret@127.0.0.1:{port}/app"),
+            "\"mysql\"",
+        ),
+        (format!("http://127.0.0.1:{port}"), "\"http\""),
+    ] {
+        let started = std::time::Instant::now();
+        let error = PostgresBackend::connect_with(&url, config.clone())
+            .await
+            .unwrap_err();
+        assert_eq!(error.code(), ErrorCode::InvalidArgument, "{url}: {error}");
+        let message = error.to_string();
+        assert!(message.contains(says), "{url}: {message}");
+        assert!(!message.contains("secret"), "{url}: {message}");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{url}: refused after {:?}, not at once",
+            started.elapsed()
+        );
+    }
+    // Both PostgreSQL schemes are taken.
+    let url = postgres_url();
+    let other = match url.strip_prefix("postgres://") {
+        Some(rest) => format!("postgresql://{rest}"),
+        None => url.replacen("postgresql://", "postgres://", 1),
+    };
+    PostgresBackend::connect(&other).await.unwrap();
+}
+
+/// `new` runs on a pool of yours: a setting only a pool syncguard opens can apply is refused,
+/// naming it, rather than silently ignored; and a bad setting given to `connect_with` is
+/// refused, naming it, before any I/O.
+#[tokio::test]
+async fn settings_that_cannot_apply_or_are_bad_are_refused_naming_them() {
+    let pool = PgPoolOptions::new().connect_lazy(&postgres_url()).unwrap();
+    let error = PostgresBackend::new(pool.clone(), PostgresConfig::new().with_max_connections(4))
+        .unwrap_err();
+    assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
+    assert!(
+        error.to_string().contains("with_max_connections"),
+        "{error}"
+    );
+    assert!(PostgresBackend::new(pool, PostgresConfig::new()).is_ok());
+
+    // Nothing listens there: a refusal that comes before any I/O is InvalidArgument, not
+    // ServiceUnavailable.
+    let unreachable = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!(
+            "postgres://u@127.0.0.1:{}/db",
+            listener.local_addr().unwrap().port()
+        )
+    };
+    for (config, setting) in [
+        (
+            PostgresConfig::new().with_max_connections(0),
+            "with_max_connections",
+        ),
+        (
+            PostgresConfig::new().with_operation_timeout(Duration::ZERO),
+            "with_operation_timeout",
+        ),
+        (
+            PostgresConfig::new().with_connect_timeout(Duration::ZERO),
+            "with_connect_timeout",
+        ),
+        (PostgresConfig::new().with_lock_table("a-b"), "lock table"),
+    ] {
+        let error = PostgresBackend::connect_with(&unreachable, config)
+            .await
+            .unwrap_err();
+        assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
+        assert!(error.to_string().contains(setting), "{setting}: {error}");
+    }
+
+    // A pool size given to `connect_with` is the pool's.
+    let sized = PostgresBackend::connect_with(
+        &postgres_url(),
+        PostgresConfig::new().with_max_connections(3),
+    )
+    .await
+    .unwrap();
+    assert_eq!(sized.pool().options().get_max_connections(), 3);
 }

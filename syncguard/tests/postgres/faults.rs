@@ -158,7 +158,6 @@ async fn dropped_guards_are_all_released_promptly() {
 async fn a_partition_fails_every_operation_within_its_timeouts() {
     let proxy = Proxy::start(&server_addr()).await;
     let config = PostgresConfig::new()
-        .with_acquire_timeout(Duration::from_millis(500))
         .with_operation_timeout(Duration::from_millis(500))
         .with_connect_timeout(Duration::from_millis(500));
     let backend = backend_on(&url_at(proxy.addr()), 4, config).await;
@@ -171,7 +170,8 @@ async fn a_partition_fails_every_operation_within_its_timeouts() {
         .unwrap();
 
     proxy.stall();
-    let bound = Duration::from_millis(500 + 500) + Duration::from_secs(2); // margin
+    // The operation timeout bounds each operation end to end (the pool wait included).
+    let bound = Duration::from_millis(500) + Duration::from_secs(2); // margin
     let other = key("partition-other");
     let timed = |what: &'static str, started: Instant, code: ErrorCode| {
         let took = started.elapsed();
@@ -337,7 +337,6 @@ async fn a_listener_cut_off_comes_back_and_catches_up_on_missed_releases() {
     let url = url_at(proxy.addr());
     let separator = if url.contains('?') { '&' } else { '?' };
     let config = PostgresConfig::new()
-        .with_acquire_timeout(Duration::from_millis(500))
         .with_operation_timeout(Duration::from_millis(500))
         .with_connect_timeout(Duration::from_millis(500));
     let backend = backend_on(
@@ -428,9 +427,7 @@ async fn a_listener_cut_off_comes_back_and_catches_up_on_missed_releases() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_min_hold_release_landing_late_keeps_nothing_past_min_hold() {
     let proxy = Proxy::start(&server_addr()).await;
-    let config = PostgresConfig::new()
-        .with_acquire_timeout(Duration::from_millis(500))
-        .with_operation_timeout(Duration::from_millis(500));
+    let config = PostgresConfig::new().with_operation_timeout(Duration::from_millis(500));
     let cut_off = backend_on(&url_at(proxy.addr()), 2, config).await;
     let direct = backend_on(&postgres_url(), 2, PostgresConfig::new()).await;
     let key = key("min-hold-partition");

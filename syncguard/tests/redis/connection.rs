@@ -38,20 +38,22 @@ async fn rejected_credentials_and_permissions_are_auth_failed() {
         ConnectionMode::Multiplexed,
         ConnectionMode::Pool { max_size: 2 },
     ] {
-        let err = RedisBackend::builder(&with_user("wrong"))
-            .mode(mode)
-            .build()
-            .await
-            .unwrap_err();
+        let err = RedisBackend::connect_with(
+            &with_user("wrong"),
+            RedisConfig::new().with_connection_mode(mode),
+        )
+        .await
+        .unwrap_err();
         assert_eq!(err.code(), ErrorCode::AuthFailed, "{mode:?}: {err}");
         assert!(err.source().is_some());
 
         // Authenticated, but without permission to run scripts.
-        let err = RedisBackend::builder(&with_user("secret"))
-            .mode(mode)
-            .build()
-            .await
-            .unwrap_err();
+        let err = RedisBackend::connect_with(
+            &with_user("secret"),
+            RedisConfig::new().with_connection_mode(mode),
+        )
+        .await
+        .unwrap_err();
         assert_eq!(err.code(), ErrorCode::AuthFailed, "{mode:?}: {err}");
         // The server's reply is the source, with its code.
         let source = err.source().unwrap().downcast_ref::<redis::ServerError>();
@@ -60,7 +62,7 @@ async fn rejected_credentials_and_permissions_are_auth_failed() {
     // The same on the hot path (EVALSHA refused), with a connection the caller made.
     let client = redis::Client::open(with_user("secret")).unwrap();
     let manager = redis::aio::ConnectionManager::new(client).await.unwrap();
-    let backend = RedisBackend::from_connection_manager(manager, RedisConfig::new()).unwrap();
+    let backend = RedisBackend::new(manager, RedisConfig::new()).unwrap();
     let err = backend
         .acquire(&unique("noperm"), Duration::from_secs(1))
         .await
@@ -81,12 +83,14 @@ async fn unreachable_server_is_service_unavailable() {
         ConnectionMode::Multiplexed,
         ConnectionMode::Pool { max_size: 2 },
     ] {
-        let err = RedisBackend::builder(&format!("redis://127.0.0.1:{port}"))
-            .mode(mode)
-            .reconnect_retries(0)
-            .build()
-            .await
-            .unwrap_err();
+        let err = RedisBackend::connect_with(
+            &format!("redis://127.0.0.1:{port}"),
+            RedisConfig::new()
+                .with_connection_mode(mode)
+                .with_reconnect_retries(0),
+        )
+        .await
+        .unwrap_err();
         assert_eq!(err.code(), ErrorCode::ServiceUnavailable, "{mode:?}: {err}");
         assert!(err.is_retryable());
         assert!(err.source().is_some());
@@ -102,12 +106,14 @@ async fn a_refused_connection_prints_the_driver_error_once() {
         ConnectionMode::Multiplexed,
         ConnectionMode::Pool { max_size: 2 },
     ] {
-        let err = RedisBackend::builder(&format!("redis://127.0.0.1:{port}"))
-            .mode(mode)
-            .reconnect_retries(0)
-            .build()
-            .await
-            .unwrap_err();
+        let err = RedisBackend::connect_with(
+            &format!("redis://127.0.0.1:{port}"),
+            RedisConfig::new()
+                .with_connection_mode(mode)
+                .with_reconnect_retries(0),
+        )
+        .await
+        .unwrap_err();
         assert_eq!(err.code(), ErrorCode::ServiceUnavailable, "{mode:?}: {err}");
         assert!(
             err.to_string().contains("refused") && !err.to_string().contains("os error"),
@@ -160,16 +166,16 @@ async fn acquire_when_back(backend: &RedisBackend, key: &str) -> Lease {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_gives_mapped_errors_then_recovers_and_fences_persist_with_aof() {
     let mut server = RedisServer::start("everysec").await;
-    let manager = RedisBackend::builder(&server.url())
-        .reconnect_retries(1)
-        .build()
-        .await
-        .unwrap();
-    let pool = RedisBackend::builder(&server.url())
-        .mode(ConnectionMode::Pool { max_size: 4 })
-        .build()
-        .await
-        .unwrap();
+    let manager =
+        RedisBackend::connect_with(&server.url(), RedisConfig::new().with_reconnect_retries(1))
+            .await
+            .unwrap();
+    let pool = RedisBackend::connect_with(
+        &server.url(),
+        RedisConfig::new().with_connection_mode(ConnectionMode::Pool { max_size: 4 }),
+    )
+    .await
+    .unwrap();
     let backends = [("multiplexed", manager), ("pool", pool)];
     let key = unique("restart");
     let mut last = 0;
@@ -219,11 +225,12 @@ async fn restart_gives_mapped_errors_then_recovers_and_fences_persist_with_aof()
     assert_eq!(last, 8, "fences went on from 6");
 
     // A server that stops answering (CLIENT PAUSE) gives NetworkTimeout.
-    let slow = RedisBackend::builder(&server.url())
-        .response_timeout(Duration::from_millis(200))
-        .build()
-        .await
-        .unwrap();
+    let slow = RedisBackend::connect_with(
+        &server.url(),
+        RedisConfig::new().with_operation_timeout(Duration::from_millis(200)),
+    )
+    .await
+    .unwrap();
     let mut conn = raw(&server.url()).await;
     let _: () = redis::cmd("CLIENT")
         .arg("PAUSE")
@@ -299,4 +306,89 @@ async fn script_and_function_flushes_mid_run_are_recovered() {
         assert!(flushes >= 10);
         assert!(cycles.load(Ordering::Relaxed) > 100, "too few cycles");
     }
+}
+
+/// A database index the server does not have is named, with what to change; before, it was
+/// "unexpected Redis error (ERR)" with the cause only in `source()`.
+#[tokio::test]
+async fn a_database_the_server_lacks_is_named_with_what_to_change() {
+    let base = redis_url();
+    let base = base.trim_end_matches('/');
+    // The test server has the default 16 databases.
+    let url = format!("{base}/99");
+    for mode in [
+        ConnectionMode::Multiplexed,
+        ConnectionMode::Pool { max_size: 2 },
+    ] {
+        let error = RedisBackend::connect_with(&url, RedisConfig::new().with_connection_mode(mode))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            error.code(),
+            ErrorCode::InvalidArgument,
+            "{mode:?}: {error}"
+        );
+        let message = error.to_string();
+        assert!(message.contains("no database 99"), "{mode:?}: {message}");
+        assert!(message.contains("databases"), "{mode:?}: {message}");
+        assert!(
+            error.source().is_some(),
+            "{mode:?}: the server's answer is kept"
+        );
+    }
+    RedisBackend::connect(&format!("{base}/15")).await.unwrap();
+}
+
+/// A PostgreSQL URL is refused before any I/O, naming the PostgreSQL backend; redis-rs's
+/// other schemes (the `valkey` forms here) keep working.
+#[tokio::test]
+async fn urls_of_other_schemes_are_refused_naming_the_backend() {
+    for (url, says) in [
+        ("postgres://app:secret@127.0.0.1:1/app", "PostgresBackend"),
+        ("postgresql://127.0.0.1:1/app", "PostgresBackend"),
+        ("memcached://127.0.0.1:1", "\"memcached\""),
+    ] {
+        let error = RedisBackend::connect(url).await.unwrap_err();
+        assert_eq!(error.code(), ErrorCode::InvalidArgument, "{url}: {error}");
+        let message = error.to_string();
+        assert!(message.contains(says), "{url}: {message}");
+        assert!(!message.contains("secret"), "{url}: {message}");
+    }
+    let valkey = redis_url().replacen("redis://", "valkey://", 1);
+    RedisBackend::connect(&valkey).await.unwrap();
+}
+
+/// `new` runs on a connection of yours: a setting only the connections `connect_with` opens
+/// can apply is refused, naming it, rather than silently ignored; a setting given to
+/// `connect_with` is in effect.
+#[tokio::test]
+async fn new_refuses_settings_it_cannot_apply_and_connect_with_applies_them() {
+    let client = redis::Client::open(redis_url()).unwrap();
+    let manager = redis::aio::ConnectionManager::new(client).await.unwrap();
+    for (config, setting) in [
+        (
+            RedisConfig::new().with_connection_mode(ConnectionMode::Pool { max_size: 4 }),
+            "with_connection_mode",
+        ),
+        (
+            RedisConfig::new().with_reconnect_retries(5),
+            "with_reconnect_retries",
+        ),
+    ] {
+        let error = RedisBackend::new(manager.clone(), config).unwrap_err();
+        assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
+        assert!(error.to_string().contains(setting), "{setting}: {error}");
+    }
+    assert!(RedisBackend::new(manager, RedisConfig::new()).is_ok());
+
+    let pooled = RedisBackend::connect_with(
+        &redis_url(),
+        RedisConfig::new().with_connection_mode(ConnectionMode::Pool { max_size: 3 }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        pooled.connection_mode(),
+        ConnectionMode::Pool { max_size: 3 }
+    );
 }

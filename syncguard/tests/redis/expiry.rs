@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::AsyncCommands as _;
 use syncguard::backend::{ExtendOutcome, LockBackend, NotHeldReason, ReleaseOutcome};
-use syncguard::redis::RedisBackend;
+use syncguard::redis::{RedisBackend, RedisConfig};
 use syncguard::{LockId, get_by_key};
 
 use crate::{acquired, both_backends, manager_backend, raw, redis_url, unique};
@@ -66,11 +66,10 @@ async fn cleanup_in_is_locked_removes_only_long_expired_lock_data() {
     let url = redis_url();
     let mut conn = raw(&url).await;
     let reader = manager_backend().await;
-    let cleaner = RedisBackend::builder(&url)
-        .cleanup_in_is_locked(true)
-        .build()
-        .await
-        .unwrap();
+    let cleaner =
+        RedisBackend::connect_with(&url, RedisConfig::new().with_cleanup_in_is_locked(true))
+            .await
+            .unwrap();
     let key = unique("cleanup");
     let lease = acquired(&reader, &key, Duration::from_secs(30)).await;
     let lock_key = reader.lock_key(&key).unwrap();

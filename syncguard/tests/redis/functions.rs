@@ -23,9 +23,7 @@ const MODES: [ConnectionMode; 2] = [
 
 /// A backend built by the builder (which loads the scripts and the library up front).
 async fn built(url: &str, mode: ConnectionMode) -> RedisBackend {
-    RedisBackend::builder(url)
-        .mode(mode)
-        .build()
+    RedisBackend::connect_with(url, RedisConfig::new().with_connection_mode(mode))
         .await
         .unwrap_or_else(|err| panic!("{mode:?}: {err}"))
 }
@@ -132,7 +130,7 @@ async fn the_batch_runs_as_a_function_loaded_once_and_again_after_a_flush() {
     let manager = redis::aio::ConnectionManager::new(redis::Client::open(server.url()).unwrap())
         .await
         .unwrap();
-    let backend = RedisBackend::from_connection_manager(manager, RedisConfig::new()).unwrap();
+    let backend = RedisBackend::new(manager, RedisConfig::new()).unwrap();
     cycle(&backend).await;
     assert_eq!(libraries(&mut admin).await.len(), 1);
 }

@@ -115,9 +115,7 @@ async fn bad_prefixes_are_rejected_before_any_io() {
         "id",
         "{tag}",
     ] {
-        let err = RedisBackend::builder(unreachable)
-            .prefix(prefix)
-            .build()
+        let err = RedisBackend::connect_with(unreachable, RedisConfig::new().with_prefix(prefix))
             .await
             .unwrap_err();
         assert_eq!(err.code(), ErrorCode::InvalidArgument, "{prefix:?}: {err}");
@@ -126,21 +124,21 @@ async fn bad_prefixes_are_rejected_before_any_io() {
     let manager = redis::aio::ConnectionManager::new(redis::Client::open(redis_url()).unwrap())
         .await
         .unwrap();
-    let err = RedisBackend::from_connection_manager(manager, RedisConfig::new().with_prefix("a b"))
-        .unwrap_err();
+    let err = RedisBackend::new(manager, RedisConfig::new().with_prefix("a b")).unwrap_err();
     assert_eq!(err.code(), ErrorCode::InvalidArgument);
     let pool = deadpool_redis::Config::from_url(redis_url())
         .create_pool(Some(deadpool_redis::Runtime::Tokio1))
         .unwrap();
-    let err = RedisBackend::from_pool(pool, RedisConfig::new().with_prefix("")).unwrap_err();
+    let err = RedisBackend::new(pool, RedisConfig::new().with_prefix("")).unwrap_err();
     assert_eq!(err.code(), ErrorCode::InvalidArgument);
 
     // A custom prefix is used for every key.
-    let backend = RedisBackend::builder(&redis_url())
-        .prefix("sg-test:custom")
-        .build()
-        .await
-        .unwrap();
+    let backend = RedisBackend::connect_with(
+        &redis_url(),
+        RedisConfig::new().with_prefix("sg-test:custom"),
+    )
+    .await
+    .unwrap();
     let key = unique("prefixed");
     let lease = acquired(&backend, &key, Duration::from_secs(30)).await;
     let mut conn = raw(&redis_url()).await;

@@ -11,7 +11,7 @@ use syncguard::backend::{
     AcquireOutcome, ExtendOutcome, LockBackend, NotHeldReason, ReleaseOutcome,
 };
 use syncguard::key::{make_fence_key, make_storage_key};
-use syncguard::redis::RedisBackend;
+use syncguard::redis::{RedisBackend, RedisConfig};
 
 use crate::{acquired, both_backends, manager_backend, raw, redis_url, unique};
 
@@ -277,11 +277,12 @@ async fn a_refusal_marks_the_lock_once_and_the_mark_stays_with_the_hold() {
     assert!(backend.release(&held.lock_id).await.unwrap().is_released());
 
     // Without release notifications nothing is published, so nothing is marked.
-    let quiet = RedisBackend::builder(&redis_url())
-        .release_notifications(false)
-        .build()
-        .await
-        .unwrap();
+    let quiet = RedisBackend::connect_with(
+        &redis_url(),
+        RedisConfig::new().with_release_notifications(false),
+    )
+    .await
+    .unwrap();
     let lease = acquired(&backend, &key, ttl).await;
     let before: String = conn.get(&lock_key).await.unwrap();
     assert!(quiet.acquire(&key, ttl).await.unwrap().is_contended());

@@ -34,7 +34,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use syncguard::LockId;
 use syncguard::backend::{Lease, LockBackend};
-use syncguard::redis::{ConnectionMode, RedisBackend};
+use syncguard::redis::{ConnectionMode, RedisBackend, RedisConfig};
 
 pub(crate) use urls::redis_url;
 
@@ -47,11 +47,12 @@ pub(crate) async fn manager_backend() -> RedisBackend {
 
 /// A backend on a deadpool-redis pool.
 pub(crate) async fn pool_backend() -> RedisBackend {
-    RedisBackend::builder(&redis_url())
-        .mode(ConnectionMode::Pool { max_size: 16 })
-        .build()
-        .await
-        .expect("connect (pool)")
+    RedisBackend::connect_with(
+        &redis_url(),
+        RedisConfig::new().with_connection_mode(ConnectionMode::Pool { max_size: 16 }),
+    )
+    .await
+    .expect("connect (pool)")
 }
 
 /// One backend in each connection mode, for the checks that must hold in both.

@@ -17,7 +17,7 @@ use std::time::Duration;
 use futures_core::Stream;
 use redis::aio::{MultiplexedConnection, PubSubStream};
 use syncguard::backend::{AcquireOutcome, ExtendOutcome, LockBackend};
-use syncguard::redis::{ConnectionMode, RedisBackend, RedisConfig};
+use syncguard::redis::{ConnectionMode, RedisBackend, RedisConfig, RedisConnection};
 use syncguard::{
     Backoff, Jitter, LockError, LockGuard, LockId, LockOptions, RetryPolicy, get_by_key,
 };
@@ -77,9 +77,7 @@ fn own_prefix(label: &str) -> String {
 }
 
 async fn backend_with_prefix(url: &str, prefix: &str) -> RedisBackend {
-    RedisBackend::builder(url)
-        .prefix(prefix)
-        .build()
+    RedisBackend::connect_with(url, RedisConfig::new().with_prefix(prefix))
         .await
         .expect("connect")
 }
@@ -146,14 +144,11 @@ async fn a_release_wakes_waiters_long_before_their_poll() {
         ConnectionMode::Multiplexed,
         ConnectionMode::Pool { max_size: 4 },
     ] {
-        let holder = RedisBackend::builder(&url)
-            .mode(mode)
-            .build()
-            .await
-            .unwrap();
-        let other = RedisBackend::builder(&url)
-            .mode(mode)
-            .build()
+        let holder =
+            RedisBackend::connect_with(&url, RedisConfig::new().with_connection_mode(mode))
+                .await
+                .unwrap();
+        let other = RedisBackend::connect_with(&url, RedisConfig::new().with_connection_mode(mode))
             .await
             .unwrap();
         for (label, waiting) in [("same backend", &holder), ("another backend", &other)] {
@@ -324,12 +319,14 @@ async fn releases_nobody_publishes_are_found_by_polling() {
     let url = redis_url();
     let prefix = own_prefix("silent");
     let waiting = backend_with_prefix(&url, &prefix).await;
-    let silent = RedisBackend::builder(&url)
-        .prefix(&prefix)
-        .release_notifications(false)
-        .build()
-        .await
-        .unwrap();
+    let silent = RedisBackend::connect_with(
+        &url,
+        RedisConfig::new()
+            .with_prefix(&prefix)
+            .with_release_notifications(false),
+    )
+    .await
+    .unwrap();
     let mut messages = listen(&url, waiting.release_channel()).await;
     let poll = Duration::from_millis(500);
 
@@ -416,14 +413,13 @@ async fn releases_nobody_publishes_are_found_by_polling() {
     let manager = redis::aio::ConnectionManager::new(client.clone())
         .await
         .unwrap();
-    let on_yours = RedisBackend::from_connection_manager(
-        manager,
+    let on_yours = RedisBackend::new(
+        RedisConnection::from(manager).with_release_client(client),
         RedisConfig::new()
             .with_prefix(&prefix)
             .with_release_notifications(false),
     )
-    .unwrap()
-    .with_release_client(client);
+    .unwrap();
     assert!(!on_yours.release_notifications());
     assert!(on_yours.release_notifier().is_none());
 }
@@ -616,13 +612,15 @@ async fn a_release_wakes_waiters_over_tls() {
         })
     };
     let ca = std::fs::read(var("SYNCGUARD_TEST_TLS_CA")).expect("the test CA");
-    let backend = RedisBackend::builder(&var("SYNCGUARD_TEST_REDIS_TLS_URL"))
-        .tls_root_certs(ca)
-        .connection_timeout(Duration::from_secs(10))
-        .response_timeout(Duration::from_secs(10))
-        .build()
-        .await
-        .expect("connect over TLS");
+    let backend = RedisBackend::connect_with(
+        &var("SYNCGUARD_TEST_REDIS_TLS_URL"),
+        RedisConfig::new()
+            .with_tls_root_certs(ca)
+            .with_connect_timeout(Duration::from_secs(10))
+            .with_operation_timeout(Duration::from_secs(10)),
+    )
+    .await
+    .expect("connect over TLS");
     let key = unique("tls-wake");
     let lease = acquired(&backend, &key, Duration::from_secs(30)).await;
     let waiter = spawn_waiter(&backend, &key, waiting_every(SLOW_POLL));

@@ -1,0 +1,146 @@
+//! [`RedisBackend::connect_with`]: the connections a backend opens itself, from a URL and the
+//! connect-only settings of its [`RedisConfig`].
+
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use super::connection::Conn;
+#[cfg(feature = "redis-tls")]
+use super::connection::install_crypto_provider;
+use super::error::{driver_error, map_redis_error, naming_database};
+use super::{ConnectionMode, RedisBackend, RedisConfig};
+use crate::error::LockError;
+use crate::url_scheme::{UrlBackend, check_url_scheme};
+
+/// The redis-rs client for `url` (and the trusted CAs of `config`, if set).
+fn client(url: &str, config: &RedisConfig) -> Result<::redis::Client, LockError> {
+    check_url_scheme(url, UrlBackend::Redis)?;
+    #[cfg(feature = "redis-tls")]
+    if let Some(pem) = config.tls_root_certs() {
+        let certificates = ::redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem.to_vec()),
+        };
+        return ::redis::Client::build_with_tls(url, certificates).map_err(|error| {
+            LockError::invalid_argument(
+                "invalid Redis URL or TLS root certificates; RedisConfig::with_tls_root_certs \
+                 needs a rediss:// URL and PEM-encoded CA certificates",
+            )
+            .with_source(driver_error(error))
+        });
+    }
+    #[cfg(not(feature = "redis-tls"))]
+    let _ = config;
+    ::redis::Client::open(url).map_err(|error| {
+        LockError::invalid_argument(
+            "invalid Redis URL; expected redis://[user:password@]host[:port][/db] (or \
+             rediss:// with the redis-tls feature)",
+        )
+        .with_source(driver_error(error))
+    })
+}
+
+/// Opens the connection `config` asks for with `client`.
+pub(super) async fn open(
+    client: &::redis::Client,
+    config: &RedisConfig,
+) -> Result<Conn, LockError> {
+    #[cfg(feature = "redis-tls")]
+    install_crypto_provider();
+    match config.connection_mode() {
+        ConnectionMode::Multiplexed => {
+            let settings = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(config.connect_timeout()))
+                .set_response_timeout(Some(config.operation_timeout()))
+                .set_number_of_retries(config.reconnect_retries());
+            let manager = ConnectionManager::new_with_config(client.clone(), settings)
+                .await
+                .map_err(map_redis_error)?;
+            Ok(Conn::Manager(manager))
+        }
+        ConnectionMode::Pool { max_size } => {
+            // From the client's connection info, which carries the trusted CAs, if any.
+            let manager = deadpool_redis::Manager::new(client.get_connection_info().clone())
+                .map_err(|error| {
+                    LockError::invalid_argument("invalid Redis connection settings")
+                        .with_source(error)
+                })?;
+            let pool = deadpool_redis::Pool::builder(manager)
+                .max_size(max_size)
+                .runtime(deadpool_redis::Runtime::Tokio1)
+                .wait_timeout(Some(config.operation_timeout()))
+                .create_timeout(Some(config.connect_timeout()))
+                .recycle_timeout(Some(config.operation_timeout()))
+                .build()
+                .map_err(|error| {
+                    LockError::internal("could not build the Redis connection pool")
+                        .with_source(error)
+                })?;
+            Ok(Conn::Pool(pool))
+        }
+    }
+}
+
+impl RedisBackend {
+    /// Connects to `url` with the default [`RedisConfig`] (prefix `"syncguard"`, one
+    /// multiplexed connection) and loads the scripts, so that a wrong URL, password or ACL
+    /// fails here; [`connect_with`](Self::connect_with) takes a configuration of yours.
+    ///
+    /// # Errors
+    /// As [`connect_with`](Self::connect_with).
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {
+    /// let backend = syncguard::redis::RedisBackend::connect("redis://127.0.0.1:6379").await?;
+    /// # let _ = backend; Ok(()) }
+    /// ```
+    pub async fn connect(url: &str) -> Result<Self, LockError> {
+        Self::connect_with(url, RedisConfig::new()).await
+    }
+
+    /// Checks `url` (`redis://[user:password@]host[:port][/db]`, `rediss://` for TLS with the
+    /// `redis-tls` feature, `redis+unix://` or `unix://` for a socket, and the `valkey`
+    /// forms) and `config`, opens the connections `config` asks for, and loads the scripts, so
+    /// that a wrong URL, password or ACL fails here. Returns within the connect timeout plus
+    /// the operation timeout (the loading).
+    ///
+    /// # Errors
+    /// Before any I/O, `InvalidArgument` for a URL of another scheme (naming the PostgreSQL
+    /// backend for a PostgreSQL URL), a malformed URL, or a bad setting (naming it); then
+    /// `InvalidArgument` for a database index the server does not have,
+    /// `ServiceUnavailable` / `NetworkTimeout` when the server cannot be reached,
+    /// `ServiceUnavailable` when TLS fails (the server's certificate rejected, say),
+    /// `AuthFailed` for rejected credentials or permissions.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {
+    /// use std::time::Duration;
+    /// use syncguard::redis::{ConnectionMode, RedisBackend, RedisConfig};
+    ///
+    /// let config = RedisConfig::new()
+    ///     .with_prefix("billing")
+    ///     .with_connection_mode(ConnectionMode::Pool { max_size: 32 })
+    ///     .with_operation_timeout(Duration::from_secs(2));
+    /// let backend = RedisBackend::connect_with("redis://127.0.0.1:6379", config).await?;
+    /// # let _ = backend; Ok(()) }
+    /// ```
+    pub async fn connect_with(url: &str, config: RedisConfig) -> Result<Self, LockError> {
+        config.validate()?;
+        let client = client(url, &config)?;
+        let db = client.get_connection_info().redis_settings().db();
+        let opened = async {
+            let conn = open(&client, &config).await?;
+            // The subscriber connects as the others do: same address, credentials and TLS.
+            let backend = RedisBackend::with_conn(conn, &config, Some(client.clone()))?;
+            backend.load_scripts().await?;
+            Ok(backend)
+        };
+        let within = config.connect_timeout() + config.operation_timeout();
+        match tokio::time::timeout(within, opened).await {
+            Ok(opened) => opened.map_err(|error| naming_database(error, db)),
+            Err(_elapsed) => Err(LockError::network_timeout(format!(
+                "could not connect to Redis and load the scripts within the connect timeout \
+                 plus the operation timeout ({within:?})"
+            ))),
+        }
+    }
+}
