@@ -38,7 +38,7 @@ async fn a_lost_lock_cancels_the_body() {
     assert_eq!(error.lost_reason(), Some(LostReason::NotHeld), "{error}");
     // Named by the key's hash; the key itself only with `show_key = true`.
     let lock = error.lock().expect("a loss names its lock");
-    assert_eq!(lock.key_hash(), syncguard::key::hash_key("stolen"));
+    assert_eq!(lock.key_hash(), syncguard::backend::key::hash_key("stolen"));
     assert_eq!(lock.key(), None);
     assert!(!FINISHED.load(Ordering::SeqCst));
 }

@@ -104,7 +104,7 @@ impl Config {
     /// normalized key, and the key itself only if the options show keys.
     pub(crate) fn lock_name(&self, key: &str) -> LockName {
         let show_key = self.options.show_key();
-        match syncguard::key::normalize_key(key) {
+        match syncguard::backend::key::normalize_key(key) {
             Ok(normalized) => LockName::new(&normalized, show_key),
             Err(_) => LockName::new(key, show_key),
         }

@@ -84,7 +84,7 @@ pub(crate) fn hint(
     let Some(lease_left) = lease_left else {
         return MIN_RETRY_AFTER;
     };
-    let tolerance = Duration::from_millis(syncguard::time::TIME_TOLERANCE_MS);
+    let tolerance = Duration::from_millis(syncguard::backend::time::TIME_TOLERANCE_MS);
     let lease = lease_left.min(ttl.saturating_add(tolerance));
     let likely = mean_hold.unwrap_or(lease);
     lease

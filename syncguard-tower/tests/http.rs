@@ -296,7 +296,7 @@ async fn the_handler_reads_the_lock_from_the_extension_and_the_extractor() {
                     // The accessors of a LockGuard, through its handle.
                     assert!(lock.is_held() && lock.lost_reason().is_none());
                     assert_eq!(lock.ttl(), syncguard::LockOptions::DEFAULT_TTL);
-                    assert!(lock.expires_at_ms() > syncguard::time::now_ms());
+                    assert!(lock.expires_at_ms() > syncguard::backend::time::now_ms());
                     assert!(lock.held_for() < syncguard::LockOptions::DEFAULT_TTL);
                     assert_eq!(syncguard::LockHandle::clone(&lock).fence(), lock.fence());
                     assert_eq!(lock.name().key(), None, "keys are not shown by default");

@@ -7,16 +7,16 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::key::normalize_key;
+use crate::backend::time::{TIME_TOLERANCE_MS, now_ms};
 use crate::backend::{
     AcquireOutcome, Contention, Lease, LockBackend, LockObserver, ReleaseWatch, Wake,
 };
 use crate::error::{LockError, Result};
 use crate::far_future::later;
 use crate::guard::{HeartbeatBy, LockGuard, SentAt, Start};
-use crate::key::normalize_key;
 use crate::lock_name::LockName;
 use crate::options::LockOptions;
-use crate::time::{TIME_TOLERANCE_MS, now_ms};
 
 /// Acquires the lock on `key`, waiting and retrying as the options' [retry
 /// policy](crate::LockOptionsBuilder::retry) says, and returns its guard, with the heartbeat

@@ -8,8 +8,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::backend::time::{TIME_TOLERANCE_MS, now_ms};
 use crate::lock_name::LockName;
-use crate::time::{TIME_TOLERANCE_MS, now_ms};
 
 /// A boxed driver error, kept as the [`source`](std::error::Error::source) of a [`LockError`].
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -465,7 +465,7 @@ impl LockError {
     /// with the refusal (every built-in backend does): Unix milliseconds of the backend's
     /// [time authority](crate::backend::TimeAuthority) (the server's clock for PostgreSQL and
     /// Redis), as [`Lease::expires_at_ms`](crate::backend::Lease::expires_at_ms) gives it.
-    /// The lock stays live for the [tolerance](crate::time::TIME_TOLERANCE_MS) past it, and
+    /// The lock stays live for the [tolerance](crate::backend::time::TIME_TOLERANCE_MS) past it, and
     /// the holder's heartbeat may extend it meanwhile; a release frees it earlier.
     pub fn holder_expires_at_ms(&self) -> Option<u64> {
         match &*self.0 {
@@ -483,7 +483,7 @@ impl LockError {
 
     /// How long, from now, the holder can keep the lock without extending its lease: until
     /// [`holder_expires_at_ms`](Self::holder_expires_at_ms) plus the 1 s
-    /// [liveness tolerance](crate::time::TIME_TOLERANCE_MS), by this host's clock; zero once
+    /// [liveness tolerance](crate::backend::time::TIME_TOLERANCE_MS), by this host's clock; zero once
     /// past. The longest a retry can be refused unless the holder extends its lease (its
     /// heartbeat does, every third of its ttl), so a bound for a `Retry-After`, not a
     /// prediction.

@@ -82,7 +82,6 @@ mod fence;
 pub mod firestore;
 mod guard;
 mod inspect;
-pub mod key;
 pub mod leader;
 mod lock_id;
 mod lock_name;
@@ -96,7 +95,6 @@ pub mod postgres;
 pub mod redis;
 mod retry;
 pub mod telemetry;
-pub mod time;
 #[cfg(any(feature = "postgres", feature = "redis", feature = "firestore"))]
 mod timeouts;
 #[cfg(any(feature = "postgres-tls", feature = "redis-tls"))]

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::key::hash_key;
+use crate::backend::key::hash_key;
 
 /// The key hash by which errors, logs and spans name the lock on `key` (unless the holder
 /// [shows the key](crate::LockOptionsBuilder::show_key)): compute it for a key you know to find

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
+use crate::backend::time::ttl_millis;
 use crate::error::LockError;
 use crate::retry::RetryPolicy;
-use crate::time::ttl_millis;
 
 /// What to do with the work when its lock is lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -152,7 +152,7 @@ pub struct LockOptionsBuilder {
 
 impl LockOptionsBuilder {
     /// How long the lock lives without an extend: 1 ms to 365 days
-    /// ([`MAX_TTL`](crate::time::MAX_TTL)). With the heartbeat on, this is how quickly a
+    /// ([`MAX_TTL`](crate::backend::time::MAX_TTL)). With the heartbeat on, this is how quickly a
     /// crashed holder's lock frees up, not a limit on the work.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.options.ttl = ttl;

@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
+use syncguard::backend::key::hash_key;
 use syncguard::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockInfo, Lookup, ReleaseOutcome,
 };
-use syncguard::key::hash_key;
 use syncguard::{
     Backoff, ErrorCode, Jitter, LockBackend, LockError, LockGuard, LockId, LockOptions, LostReason,
     MemoryBackend, OnLost, RetryPolicy, acquire, acquire_with_polled_heartbeat, try_acquire,

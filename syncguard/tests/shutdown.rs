@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use syncguard::backend::key::hash_key;
 use syncguard::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockInfo, Lookup, ReleaseOutcome,
 };
-use syncguard::key::hash_key;
 use syncguard::{LockBackend, LockError, LockId, LockOptions, LostReason, MemoryBackend, acquire};
 use tokio::time::{Instant, sleep};
 

@@ -10,8 +10,8 @@ use opentelemetry::trace::Status;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use syncguard::backend::key::hash_key;
 use syncguard::backend::{LockBackend, ReleaseOutcome};
-use syncguard::key::hash_key;
 use syncguard::telemetry::{
     EventReason, EventResult, LockEvent, OpenTelemetryBackend, Operation, with_opentelemetry,
     with_telemetry,

@@ -2,7 +2,7 @@
 //! (`data/vectors.json`, copied from the reference design).
 
 use serde_json::Value;
-use syncguard::key::{hash_key, make_fence_key, make_storage_key};
+use syncguard::backend::key::{hash_key, make_fence_key, make_storage_key};
 
 fn vectors() -> Value {
     serde_json::from_str(include_str!("data/vectors.json")).expect("vectors.json parses")

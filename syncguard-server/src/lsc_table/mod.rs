@@ -396,7 +396,7 @@ impl LockBackend for LscTableBackend {
         by: Duration,
     ) -> BoxFuture<'a, Result<ExtendOutcome, LockError>> {
         Box::pin(async move {
-            syncguard::time::ttl_millis(by)?;
+            syncguard::backend::time::ttl_millis(by)?;
             if by.subsec_nanos() != 0 {
                 return Err(LockError::invalid_argument(format!(
                     "the LSC-table backend extends by whole seconds, got {by:?}"
@@ -411,7 +411,7 @@ impl LockBackend for LscTableBackend {
 
 /// A ttl in whole seconds, rounded up (checked as syncguard checks ttls).
 fn ceil_seconds(ttl: Duration) -> Result<i64, LockError> {
-    let ms = syncguard::time::ttl_millis(ttl)?;
+    let ms = syncguard::backend::time::ttl_millis(ttl)?;
     seconds_i64(ms.div_ceil(1000))
 }
 

@@ -2,8 +2,8 @@
 
 use std::fmt;
 
+use crate::backend::key::hash_key;
 use crate::fence::Fence;
-use crate::key::hash_key;
 use crate::lock_id::LockId;
 
 /// A live lock as diagnostics see it: sanitized, with hashes in place of the raw key and lock

@@ -4,7 +4,9 @@
 //! Users of the built-in backends rarely need this module: [`acquire`](crate::acquire),
 //! [`with_lock`](crate::with_lock) and [`LockGuard`](crate::LockGuard) call the backend. It is
 //! for writing a backend (run the conformance suite, `syncguard::conformance`, against it),
-//! a decorator (as the telemetry ones), or an observer ([`LockObserver`]).
+//! a decorator (as the telemetry ones), or an observer ([`LockObserver`]). [`key`] and
+//! [`time`] are the reference design's rules a backend stores by: key normalization and
+//! storage names, and expiry in milliseconds with its tolerance.
 //!
 //! # Why the operations return boxed futures
 //!
@@ -23,8 +25,10 @@
 
 mod holder;
 mod info;
+pub mod key;
 mod observer;
 mod outcome;
+pub mod time;
 mod wake;
 
 use std::future::Future;

@@ -73,7 +73,7 @@ impl AcquireOutcome {
 pub struct Contention {
     /// The holder's expiry, as [`Lease::expires_at_ms`] gives it (Unix milliseconds of the
     /// backend's time authority; the lock stays live for the
-    /// [tolerance](crate::time::TIME_TOLERANCE_MS) past it), if the backend learnt it with the
+    /// [tolerance](crate::backend::time::TIME_TOLERANCE_MS) past it), if the backend learnt it with the
     /// refusal (no extra I/O is spent on it).
     pub holder_expires_at_ms: Option<u64>,
 }

@@ -8,12 +8,12 @@ use tokio::time::{Instant, sleep, timeout};
 
 use super::support::{assert_code, assert_contended, unique_key};
 use crate::backend::LockBackend;
+use crate::backend::key::hash_key;
+use crate::backend::time::now_ms;
 use crate::error::{ErrorCode, LockError, LostReason};
 use crate::inspect::{get_by_id, get_by_key};
-use crate::key::hash_key;
 use crate::options::LockOptions;
 use crate::retry::RetryPolicy;
-use crate::time::now_ms;
 
 /// Options with a long ttl (no heartbeat extend during a check) and no wait.
 fn hasty() -> LockOptions {
@@ -39,7 +39,8 @@ fn assert_holder_expiry(error: &LockError, before: u64, holder: &crate::LockGuar
     );
     let left = error.holder_lease_left().expect("a lease left");
     assert!(
-        left <= holder.ttl() + Duration::from_millis(crate::time::TIME_TOLERANCE_MS + 1000),
+        left <= holder.ttl()
+            + Duration::from_millis(crate::backend::time::TIME_TOLERANCE_MS + 1000),
         "{left:?}"
     );
 }

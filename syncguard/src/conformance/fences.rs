@@ -6,7 +6,7 @@ use tokio::time::sleep;
 
 use super::support::{acquired, unique_key};
 use crate::backend::LockBackend;
-use crate::time::TIME_TOLERANCE_MS;
+use crate::backend::time::TIME_TOLERANCE_MS;
 
 /// Fences are 15 digits, start at 1 for a new key, and increase by acquisition of *that* key
 /// only.

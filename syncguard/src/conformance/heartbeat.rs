@@ -8,10 +8,10 @@ use tokio::time::{Instant, sleep, timeout};
 
 use super::support::{assert_contended, unique_key};
 use crate::backend::LockBackend;
+use crate::backend::time::TIME_TOLERANCE_MS;
 use crate::error::{ErrorCode, LockError, LostReason};
 use crate::options::{LockOptions, OnLost};
 use crate::retry::RetryPolicy;
-use crate::time::TIME_TOLERANCE_MS;
 
 /// The guard's heartbeat keeps a 900 ms lock through 5 ttls while others are refused; without
 /// it the same lock expires and is reported lost. (The ttl leaves each extend 600 ms, for slow

@@ -7,10 +7,10 @@ use std::time::Duration;
 use tokio::time::sleep;
 
 use super::support::{acquired, assert_code, unique_key};
+use crate::backend::time::TIME_TOLERANCE_MS;
 use crate::backend::{ExtendOutcome, Lease, LockBackend, MAX_HOLDER_BYTES};
 use crate::error::ErrorCode;
 use crate::inspect::get_by_key;
-use crate::time::TIME_TOLERANCE_MS;
 
 async fn acquired_as<B: LockBackend>(backend: &B, key: &str, ttl: Duration, holder: &str) -> Lease {
     match backend.acquire_as(key, ttl, holder).await {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep, timeout};
 
 use super::support::{acquired, assert_code, assert_contended, unique_key};
+use crate::backend::time::TIME_TOLERANCE_MS;
 use crate::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockInfo, Lookup,
     ReleaseOutcome,
@@ -17,7 +18,6 @@ use crate::error::{ErrorCode, LockError, LostReason};
 use crate::lock_id::LockId;
 use crate::options::LockOptions;
 use crate::retry::RetryPolicy;
-use crate::time::TIME_TOLERANCE_MS;
 
 /// Durations that would overflow `Instant` arithmetic are refused before any I/O (a ttl) or
 /// saturate (a hold cap, retry delays and timeouts): a guard with `max_hold = Duration::MAX`

@@ -6,11 +6,11 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep_until};
 
 use super::support::{acquired, assert_contended, unique_key};
+use crate::backend::key::hash_key;
+use crate::backend::time::{TIME_TOLERANCE_MS, now_ms};
 use crate::backend::{ExtendOutcome, LockBackend, NotHeldReason, ReleaseOutcome};
 use crate::inspect::{get_by_id, get_by_key, owns};
-use crate::key::hash_key;
 use crate::lock_id::LockId;
-use crate::time::{TIME_TOLERANCE_MS, now_ms};
 
 /// Acquire, inspect, extend, release, and the lock is gone; a second release does nothing.
 pub async fn lifecycle<B: LockBackend + Clone + 'static>(backend: B) {

@@ -7,11 +7,11 @@ use tokio::time::{Instant, sleep, timeout};
 
 use super::support::{acquired, assert_code, unique_key};
 use crate::backend::LockBackend;
+use crate::backend::time::now_ms;
 use crate::error::ErrorCode;
 use crate::inspect::get_by_key;
 use crate::options::LockOptions;
 use crate::retry::RetryPolicy;
-use crate::time::now_ms;
 
 /// An early release keeps the key held until the minimum hold is over (and reports a
 /// release, not a loss); a late one frees it at once.

@@ -10,10 +10,10 @@ use tokio::time::{Instant, sleep, timeout};
 
 use super::FaultyBackend;
 use super::support::{acquired, unique_key};
+use crate::backend::time::now_ms;
 use crate::backend::{AcquireOutcome, LockBackend};
 use crate::options::LockOptions;
 use crate::retry::{Backoff, Jitter, RetryPolicy};
-use crate::time::now_ms;
 
 /// A poll interval so long that only an announcement (or the holder's lease end) explains a
 /// waiter that gets the lock well before it.

@@ -11,9 +11,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::config::{MAX_ID_BYTES, id_problem};
 use crate::backend::LockInfo;
+use crate::backend::key::{make_fence_key, make_storage_key};
 use crate::error::LockError;
 use crate::fence::Fence;
-use crate::key::{make_fence_key, make_storage_key};
 use crate::lock_id::LockId;
 
 /// A lock document, field for field as the reference stores it, plus `holder`.

@@ -10,10 +10,10 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep};
 
 use super::FirestoreBackend;
+use crate::backend::time::TIME_TOLERANCE_MS;
 use crate::backend::{LockBackend, NotHeldReason, ReleaseOutcome};
 use crate::error::{ErrorCode, LockError};
 use crate::lock_id::LockId;
-use crate::time::TIME_TOLERANCE_MS;
 
 /// How many releases that find nothing are made before the backend gives up: a commit held
 /// up in the network can land after a release that found nothing.

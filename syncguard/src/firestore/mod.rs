@@ -67,14 +67,14 @@
 //!
 //! | what | collection (default) | document id | fields |
 //! |---|---|---|---|
-//! | lock, one per locked key | `locks` | [`make_storage_key("", key, 1500, 0)`](crate::key::make_storage_key), e.g. `job:42` | `lockId`, `expiresAtMs`, `acquiredAtMs` (integers), `key`, `fence` (15-digit string); `holder` (string, only on a lock taken by [`acquire_as`](crate::LockBackend::acquire_as), absent otherwise: see [holders](#holders)) |
-//! | fence counter, one per key ever locked, **never deleted** | `fence_counters` | [`make_fence_key("", lock document id, 1500, 0)`](crate::key::make_fence_key), e.g. `fence:job:42` | `fence` (15-digit string, parsed and incremented as an integer, never through a float), `keyDebug` |
+//! | lock, one per locked key | `locks` | [`make_storage_key("", key, 1500, 0)`](crate::backend::key::make_storage_key), e.g. `job:42` | `lockId`, `expiresAtMs`, `acquiredAtMs` (integers), `key`, `fence` (15-digit string); `holder` (string, only on a lock taken by [`acquire_as`](crate::LockBackend::acquire_as), absent otherwise: see [holders](#holders)) |
+//! | fence counter, one per key ever locked, **never deleted** | `fence_counters` | [`make_fence_key("", lock document id, 1500, 0)`](crate::backend::key::make_fence_key), e.g. `fence:job:42` | `fence` (15-digit string, parsed and incremented as an integer, never through a float), `keyDebug` |
 //!
 //! [`FirestoreConfig`] names other collections. Document ids cannot contain `/`, so keys
 //! containing `/` (and the reserved ids `.`, `..` and `__name__`) are rejected with
 //! [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) before any I/O. Keys holding
 //! code points unassigned in one side's Unicode version can be stored under two names: see
-//! [`key`](crate::key#unicode-the-limit-of-the-compatibility-promise).
+//! [`key`](crate::backend::key#unicode-the-limit-of-the-compatibility-promise).
 //!
 //! ## Transactions
 //!
@@ -183,7 +183,7 @@
 //! A commit that conflicts (`ABORTED`, or a failed precondition of its own writes) is retried
 //! as described under [transactions](#transactions) before any of this applies.
 //!
-//! [`now_ms`]: crate::time::now_ms
+//! [`now_ms`]: crate::backend::time::now_ms
 //! [`TimeAuthority::Client`]: crate::backend::TimeAuthority::Client
 //! [`AcquireOutcome::Contended`]: crate::backend::AcquireOutcome::Contended
 

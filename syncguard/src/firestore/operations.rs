@@ -13,15 +13,15 @@ use super::error::map_error;
 use super::in_doubt::AcquireInDoubt;
 use super::transaction::Write;
 use super::{FirestoreBackend, GATES};
+use crate::backend::key::{hash_key, normalize_key};
+use crate::backend::time::{check_expiry, is_live, now_ms, ttl_millis};
 use crate::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, Lease, LockBackend, LockInfo, Lookup,
     NotHeldReason, ReleaseNotifier, ReleaseOutcome, TimeAuthority, check_holder,
 };
 use crate::error::LockError;
 use crate::fence::Fence;
-use crate::key::{hash_key, normalize_key};
 use crate::lock_id::LockId;
-use crate::time::{check_expiry, is_live, now_ms, ttl_millis};
 
 /// What release and extend found for a lock id.
 enum Resolved {

@@ -25,8 +25,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::backend::time::now_ms;
 use crate::far_future::later;
-use crate::time::now_ms;
 
 /// Converts the backend's authoritative expiry into a local instant.
 ///

@@ -31,8 +31,8 @@ use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::backend::LockBackend;
+use crate::backend::time::ttl_millis;
 use crate::error::{LockError, LostReason};
-use crate::time::ttl_millis;
 use heartbeat::Beating;
 use shutdown::Registration;
 pub(crate) use state::Start;
@@ -147,7 +147,7 @@ impl SentAt {
     pub(crate) fn now() -> Self {
         Self {
             instant: Instant::now(),
-            wall_ms: crate::time::now_ms(),
+            wall_ms: crate::backend::time::now_ms(),
         }
     }
 }

@@ -415,7 +415,7 @@ mod tests {
     use std::sync::mpsc;
 
     use super::*;
-    use crate::time::now_ms;
+    use crate::backend::time::now_ms;
 
     /// Holds the thread that records a loss inside the observer's `lost` until released.
     struct SlowObserver {

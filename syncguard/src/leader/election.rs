@@ -8,9 +8,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::acquire::{acquire_as, share};
 use crate::backend::LockBackend;
+use crate::backend::key::normalize_key;
 use crate::error::LockError;
 use crate::far_future::FAR_FUTURE;
-use crate::key::normalize_key;
 use crate::lock_id::LockId;
 use crate::options::{LockOptions, OnLost};
 use crate::retry::{Backoff, RetryPolicy};

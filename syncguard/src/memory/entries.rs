@@ -3,9 +3,9 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
+use crate::backend::time::is_live;
 use crate::fence::Fence;
 use crate::lock_id::LockId;
-use crate::time::is_live;
 
 /// A table keyed by hashes computed beforehand.
 pub(super) type ByHash<V> = HashMap<u64, V, BuildHasherDefault<KnownHash>>;

@@ -41,7 +41,7 @@ use crate::backend::ReleaseNotifier;
 /// Clones share the same locks, so clone it freely into tasks. Locks are not shared between
 /// processes: use PostgreSQL, Redis or Firestore for that. So there is nothing to set up, no
 /// storage layout to share with other services, and no I/O to fail: keys are checked and
-/// normalized as by every backend ([`normalize_key`](crate::key::normalize_key)), and bad
+/// normalized as by every backend ([`normalize_key`](crate::backend::key::normalize_key)), and bad
 /// input (a key, a ttl) is [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument).
 ///
 /// ```

@@ -5,14 +5,14 @@ use std::time::Duration;
 
 use super::MemoryBackend;
 use super::entries::Held;
+use crate::backend::key::normalize_key;
+use crate::backend::time::{check_expiry, now_ms, ttl_millis};
 use crate::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockInfo, Lookup,
     ReleaseNotifier, ReleaseOutcome, TimeAuthority, check_holder,
 };
 use crate::error::LockError;
-use crate::key::normalize_key;
 use crate::lock_id::LockId;
-use crate::time::{check_expiry, now_ms, ttl_millis};
 
 impl MemoryBackend {
     /// Applies `view` to the live lock the query names, if any.

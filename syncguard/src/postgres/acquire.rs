@@ -36,12 +36,12 @@ use super::operations::as_bigint;
 use super::rows;
 use super::session::{Attempt, boxed};
 use super::{PostgresBackend, STORAGE_KEY_LIMIT_BYTES};
+use crate::backend::key::{make_fence_key, make_storage_key, normalize_key};
+use crate::backend::time::{TIME_TOLERANCE_MS, ttl_millis};
 use crate::backend::{AcquireOutcome, check_holder};
 use crate::error::LockError;
 use crate::fence::Fence;
-use crate::key::{make_fence_key, make_storage_key, normalize_key};
 use crate::lock_id::LockId;
-use crate::time::{TIME_TOLERANCE_MS, ttl_millis};
 
 impl PostgresBackend {
     /// Takes the lock on `key` for `ttl`; with a `holder`, stores it with the lock and

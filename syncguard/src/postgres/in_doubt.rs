@@ -12,9 +12,9 @@ use tokio::time::{Instant, sleep};
 
 use super::PostgresBackend;
 use crate::backend::ReleaseOutcome;
+use crate::backend::time::TIME_TOLERANCE_MS;
 use crate::error::{ErrorCode, LockError};
 use crate::lock_id::LockId;
-use crate::time::TIME_TOLERANCE_MS;
 
 /// How many times a lock in doubt is released before the backend gives up on it: a statement
 /// held up in the network can land after a release that found nothing.

@@ -132,9 +132,9 @@
 //! whose lock id an update changes (and its mark, so that a release of the new lock is not
 //! kept silent by the old lock's), and this library's acquire replaces an expired row
 //! (delete and insert) rather than updating it. Storage keys are
-//! [`make_storage_key("", key, 1700, 0)`](crate::key::make_storage_key) (longer keys are
+//! [`make_storage_key("", key, 1700, 0)`](crate::backend::key::make_storage_key) (longer keys are
 //! hashed, see [`STORAGE_KEY_LIMIT_BYTES`]), fence keys the two-step
-//! [`make_fence_key("", storage key, 1700, 0)`](crate::key::make_fence_key), and fences the
+//! [`make_fence_key("", storage key, 1700, 0)`](crate::backend::key::make_fence_key), and fences the
 //! BIGINT counter, written as 15 digits in the lock row (the first is `000000000000001`).
 //! Acquires serialize on the same advisory lock as the reference's transaction (the plain
 //! statement takes it without waiting, and leaves a key whose lock is taken to the function). So Rust and
@@ -144,7 +144,7 @@
 //! They announce no releases (and ignore ours): our waiters find the locks they release by
 //! polling ([waiting](#waiting)).
 //! The one limit is Unicode: keys holding code points unassigned in one side's Unicode
-//! version can be stored under two names (see [`key`](crate::key#unicode-the-limit-of-the-compatibility-promise)).
+//! version can be stored under two names (see [`key`](crate::backend::key#unicode-the-limit-of-the-compatibility-promise)).
 //!
 //! ## Waiting
 //!
@@ -335,7 +335,7 @@ pub const SCHEMA_SQL: &str = include_str!("schema.sql");
 /// PostgreSQL's B-tree entries.
 pub const STORAGE_KEY_LIMIT_BYTES: usize = 1700;
 
-pub use crate::time::CLEANUP_GUARD_MS;
+pub use crate::backend::time::CLEANUP_GUARD_MS;
 
 /// Locks in PostgreSQL tables shared with the SyncGuard reference design.
 ///

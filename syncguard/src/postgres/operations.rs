@@ -8,14 +8,14 @@ use sqlx::SqlStr;
 use super::rows::{self, read, to_millis};
 use super::session::boxed;
 use super::{CLEANUP_GUARD_MS, PostgresBackend, STORAGE_KEY_LIMIT_BYTES};
+use crate::backend::key::{make_storage_key, normalize_key};
+use crate::backend::time::{TIME_TOLERANCE_MS, check_expiry, ttl_millis};
 use crate::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockInfo, Lookup,
     NotHeldReason, ReleaseNotifier, ReleaseOutcome, TimeAuthority,
 };
 use crate::error::LockError;
-use crate::key::{make_storage_key, normalize_key};
 use crate::lock_id::LockId;
-use crate::time::{TIME_TOLERANCE_MS, check_expiry, ttl_millis};
 
 impl PostgresBackend {
     pub(super) async fn release_impl(&self, lock_id: &LockId) -> Result<ReleaseOutcome, LockError> {

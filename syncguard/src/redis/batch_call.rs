@@ -6,9 +6,9 @@ use ::redis::Value;
 use super::batch_function::BatchFunction;
 use super::connection::{Conn, ConnError};
 use super::error::{error_from_reply, unexpected_reply};
+use crate::backend::time::TIME_TOLERANCE_MS;
 use crate::error::LockError;
 use crate::lock_id::LockId;
-use crate::time::TIME_TOLERANCE_MS;
 
 /// One call, with the keys and arguments the batch script takes for it.
 #[derive(Clone)]

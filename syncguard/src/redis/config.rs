@@ -25,7 +25,7 @@ pub const MAX_PREFIX_BYTES: usize = 128;
 /// ```
 /// assert!(syncguard::redis::CLEANUP_GUARD_MS >= 2000);
 /// ```
-pub use crate::time::CLEANUP_GUARD_MS;
+pub use crate::backend::time::CLEANUP_GUARD_MS;
 
 /// Every setting of a [`RedisBackend`](super::RedisBackend) but where it connects: what
 /// [`RedisBackend::connect_with`](super::RedisBackend::connect_with) (beside the URL) and

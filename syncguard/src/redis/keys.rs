@@ -19,8 +19,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use sha2::{Digest as _, Sha256};
 
+use crate::backend::key::{make_fence_key, make_storage_key};
 use crate::error::LockError;
-use crate::key::{make_fence_key, make_storage_key};
 use crate::lock_id::LockId;
 
 /// The reference's Redis key budget, in bytes.
@@ -191,7 +191,7 @@ mod tests {
     fn the_longest_prefix_and_key_never_hash() {
         let prefix = "p".repeat(super::super::config::MAX_PREFIX_BYTES);
         let layout = Layout::new(&prefix);
-        let key = "k".repeat(crate::key::MAX_KEY_BYTES);
+        let key = "k".repeat(crate::backend::key::MAX_KEY_BYTES);
         let lock = layout.lock_key(&key).unwrap();
         assert_eq!(lock, format!("{prefix}:{key}"));
         assert_eq!(

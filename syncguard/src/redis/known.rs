@@ -10,8 +10,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::backend::time::TIME_TOLERANCE_MS;
 use crate::lock_id::LockId;
-use crate::time::TIME_TOLERANCE_MS;
 
 /// A sweep of dead entries runs when the map has doubled since the last one, from this size.
 const FIRST_SWEEP: usize = 1024;

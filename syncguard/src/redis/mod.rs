@@ -63,7 +63,7 @@
 //! |---|---|---|---|
 //! | lock | `make_storage_key(prefix, key, 1000, 26)`, e.g. `syncguard:job:42` | JSON `{lockId, expiresAtMs, acquiredAtMs, key, fence}`, plus `holder` for a lock taken with `acquire_as`, `"unclaimed":true` after the expiry for a lock taken with `acquire_as` until a re-entry or an extend uses its lock id, and `"contended":true` last once an acquire was refused on it | ttl + 1 s |
 //! | index | `make_storage_key(prefix, "id:" + lockId, 1000, 26)`, e.g. `syncguard:id:<22 chars>` | the lock key | same as the lock |
-//! | fence | [`make_fence_key`](crate::key::make_fence_key)`(prefix, lock key, 1000, 26)`, e.g. `syncguard:fence:syncguard:job:42` | `INCR` counter | none, never deleted |
+//! | fence | [`make_fence_key`](crate::backend::key::make_fence_key)`(prefix, lock key, 1000, 26)`, e.g. `syncguard:fence:syncguard:job:42` | `INCR` counter | none, never deleted |
 //!
 //! Every key is stored where the reference stores it, with the same JSON (byte for byte) and
 //! the same fence counter; the scripts are this library's own, batched, and report the
@@ -88,9 +88,9 @@
 //!   knows and its `cjson` extend keeps the others.
 //!
 //! Keys holding code points unassigned in one side's Unicode version can also be stored under
-//! two names: see [`key`](crate::key#unicode-the-limit-of-the-compatibility-promise).
+//! two names: see [`key`](crate::backend::key#unicode-the-limit-of-the-compatibility-promise).
 //!
-//! [`TIME_TOLERANCE_MS`]: crate::time::TIME_TOLERANCE_MS
+//! [`TIME_TOLERANCE_MS`]: crate::backend::time::TIME_TOLERANCE_MS
 //!
 //! ## Persistence
 //!
@@ -238,8 +238,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::key::normalize_key;
 use crate::error::LockError;
-use crate::key::normalize_key;
 use crate::lock_id::LockId;
 
 pub use config::{

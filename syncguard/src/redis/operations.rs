@@ -12,15 +12,15 @@ use super::batch::{self, NewExpiry};
 use super::connection::ConnError;
 use super::error::unexpected_reply;
 use super::scripts::{self, LuaScript};
+use crate::backend::key::normalize_key;
+use crate::backend::time::{TIME_TOLERANCE_MS, check_expiry, is_live, ttl_millis};
 use crate::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, Lease, LockBackend, LockInfo, Lookup,
     NotHeldReason, ReleaseNotifier, ReleaseOutcome, TimeAuthority, check_holder,
 };
 use crate::error::LockError;
 use crate::fence::Fence;
-use crate::key::normalize_key;
 use crate::lock_id::LockId;
-use crate::time::{TIME_TOLERANCE_MS, check_expiry, is_live, ttl_millis};
 
 impl RedisBackend {
     /// Runs one script command, reloading the script once on NOSCRIPT, within the operation

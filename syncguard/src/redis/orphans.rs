@@ -25,7 +25,7 @@ use tokio::time::{Instant, sleep};
 
 use super::batch_call::{Header, Op, send};
 use super::connection::Conn;
-use crate::time::TIME_TOLERANCE_MS;
+use crate::backend::time::TIME_TOLERANCE_MS;
 
 /// The most locks kept for release; past it the oldest are given up (each stays until its
 /// ttl), so that an outage with callers retrying cannot grow memory without bound.

@@ -5,9 +5,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use super::instrumented::{Call, Instrument, Instrumented, decorator};
+use crate::backend::key::hash_key;
 use crate::backend::{LockBackend, NotHeldReason};
 use crate::error::{ErrorCode, LockError};
-use crate::key::hash_key;
 use crate::lock_id::LockId;
 
 /// The five backend operations.

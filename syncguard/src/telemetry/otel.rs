@@ -13,9 +13,9 @@ use opentelemetry::{Context, KeyValue};
 
 use super::events::Operation;
 use super::instrumented::{Call, Instrument, Instrumented, decorator};
+use crate::backend::key::hash_key;
 use crate::backend::{Lease, LockBackend, LockObserver};
 use crate::error::{LockError, LostReason};
-use crate::key::hash_key;
 use crate::lock_id::LockId;
 
 /// The instrumentation scope name of every span and instrument.

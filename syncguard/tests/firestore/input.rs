@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use syncguard::backend::LockBackend;
+use syncguard::backend::key::make_storage_key;
 use syncguard::firestore::{FirestoreBackend, FirestoreConfig};
-use syncguard::key::make_storage_key;
 use syncguard::{ErrorCode, conformance};
 
 use crate::{backend, backend_in, client, lease, project, read_doc};

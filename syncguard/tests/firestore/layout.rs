@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use serde_json::Value;
+use syncguard::backend::key::{make_fence_key, make_storage_key};
 use syncguard::backend::{LockBackend, ReleaseOutcome};
 use syncguard::firestore::FirestoreConfig;
-use syncguard::key::{make_fence_key, make_storage_key};
 use syncguard::{ErrorCode, LockId, conformance};
 
 use crate::{backend_in, client, lease, project, read_doc, write_doc};
@@ -190,7 +190,7 @@ async fn expiry_written_as_a_double_is_read() {
     let db = client(&project).await;
     let key = conformance::unique_key("double");
     let lock_id = LockId::generate();
-    let now = syncguard::time::now_ms();
+    let now = syncguard::backend::time::now_ms();
     write_doc(
         &db,
         "locks",

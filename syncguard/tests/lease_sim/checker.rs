@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rand::Rng;
 use rand::rngs::StdRng;
-use syncguard::time::now_ms;
+use syncguard::backend::time::now_ms;
 use syncguard::{LockGuard, LockId, LostReason};
 use tokio::time::{Instant, sleep};
 

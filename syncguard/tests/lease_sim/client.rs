@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use syncguard::time::MAX_TTL;
+use syncguard::backend::time::MAX_TTL;
 use syncguard::{ErrorCode, LockError, LockGuard, LockOptions, LockOptionsBuilder, OnLost};
 use tokio::time::{Instant, sleep};
 

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use rand::Rng;
 use rand::rngs::StdRng;
+use syncguard::backend::key::normalize_key;
+use syncguard::backend::time::ttl_millis;
 use syncguard::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockInfo, Lookup,
     ReleaseOutcome,
 };
-use syncguard::key::normalize_key;
-use syncguard::time::ttl_millis;
 use syncguard::{LockError, LockId};
 use tokio::sync::oneshot;
 use tokio::time::{sleep, timeout};

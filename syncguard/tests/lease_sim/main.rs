@@ -47,8 +47,8 @@ use std::time::Duration;
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
+use syncguard::backend::time::{MAX_TTL, now_ms};
 use syncguard::backend::{ExtendOutcome, LockBackend, Lookup, NotHeldReason};
-use syncguard::time::{MAX_TTL, now_ms};
 use tokio::time::sleep;
 
 use crate::checker::{ENDS, NO_PANIC, Violation, World, checker};

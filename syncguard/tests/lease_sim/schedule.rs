@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use rand::Rng;
 use rand::rngs::StdRng;
-use syncguard::time::MAX_TTL;
+use syncguard::backend::time::MAX_TTL;
 use syncguard::{Backoff, Jitter, LockOptions, LockOptionsBuilder, RetryPolicy};
 
 use crate::faults::FaultProfile;

@@ -4,12 +4,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use syncguard::backend::key::normalize_key;
+use syncguard::backend::time::{now_ms, ttl_millis};
 use syncguard::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, Lease, LockBackend, LockInfo, Lookup,
     NotHeldReason, ReleaseOutcome, TimeAuthority,
 };
-use syncguard::key::normalize_key;
-use syncguard::time::{now_ms, ttl_millis};
 use syncguard::{Fence, LockError, LockId};
 use tokio::time::Instant;
 

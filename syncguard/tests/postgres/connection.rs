@@ -7,7 +7,7 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgConnection};
 use syncguard::backend::LockBackend;
-use syncguard::key::make_storage_key;
+use syncguard::backend::key::make_storage_key;
 use syncguard::postgres::{PostgresBackend, PostgresConfig, setup_schema};
 use syncguard::{ErrorCode, conformance};
 

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection, PgPool};
+use syncguard::backend::key::{make_fence_key, make_storage_key};
 use syncguard::backend::{LockBackend, Lookup};
-use syncguard::key::{make_fence_key, make_storage_key};
 use syncguard::postgres::{PostgresBackend, PostgresConfig, STORAGE_KEY_LIMIT_BYTES, setup_schema};
 use syncguard::{ErrorCode, Fence, LockOptions};
 use tokio::time::Instant;

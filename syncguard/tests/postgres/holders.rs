@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sqlx::{Connection, PgConnection};
 use syncguard::backend::LockBackend;
-use syncguard::key::{make_fence_key, make_storage_key};
+use syncguard::backend::key::{make_fence_key, make_storage_key};
 use syncguard::postgres::{PostgresBackend, PostgresConfig};
 use syncguard::{ErrorCode, conformance};
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use sqlx::{Connection, PgConnection, Row};
 use syncguard::backend::LockBackend;
-use syncguard::key::{make_fence_key, make_storage_key};
+use syncguard::backend::key::{make_fence_key, make_storage_key};
 use syncguard::postgres::PostgresConfig;
 use syncguard::{LockOptions, conformance};
 

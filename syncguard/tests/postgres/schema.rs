@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use sqlx::{Connection, PgConnection};
 use syncguard::backend::LockBackend;
-use syncguard::key::{make_fence_key, make_storage_key};
+use syncguard::backend::key::{make_fence_key, make_storage_key};
 use syncguard::postgres::{PostgresBackend, PostgresConfig, SCHEMA_SQL, setup_schema};
 use syncguard::{ErrorCode, LockId, conformance};
 

@@ -207,7 +207,7 @@ fn unique_channel() -> String {
 
 /// The stored mark of `key`'s lock row, and the transaction that wrote the row's version.
 async fn mark_of(backend: &PostgresBackend, key: &str) -> (Option<bool>, String) {
-    let storage_key = syncguard::key::make_storage_key("", key, 1700, 0).unwrap();
+    let storage_key = syncguard::backend::key::make_storage_key("", key, 1700, 0).unwrap();
     sqlx::query_as("SELECT contended, xmin::text FROM syncguard_locks WHERE key = $1")
         .bind(storage_key)
         .fetch_one(backend.pool())

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use redis::AsyncCommands as _;
 use redis::aio::MultiplexedConnection;
+use syncguard::backend::time::TIME_TOLERANCE_MS;
 use syncguard::backend::{AcquireOutcome, ExtendOutcome, Lease, LockBackend};
 use syncguard::redis::RedisBackend;
-use syncguard::time::TIME_TOLERANCE_MS;
 use syncguard::{Fence, LockId, get_by_id, get_by_key};
 use tokio::time::{Instant, sleep};
 

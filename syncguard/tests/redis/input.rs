@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redis::AsyncCommands as _;
 use syncguard::backend::LockBackend;
-use syncguard::key::make_storage_key;
+use syncguard::backend::key::make_storage_key;
 use syncguard::redis::{RedisBackend, RedisConfig};
 use syncguard::{ErrorCode, get_by_id, get_by_key};
 

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use redis::AsyncCommands as _;
 use redis::aio::MultiplexedConnection;
+use syncguard::backend::key::{make_fence_key, make_storage_key};
 use syncguard::backend::{
     AcquireOutcome, ExtendOutcome, LockBackend, NotHeldReason, ReleaseOutcome,
 };
-use syncguard::key::{make_fence_key, make_storage_key};
 use syncguard::redis::{RedisBackend, RedisConfig};
 
 use crate::{acquired, both_backends, manager_backend, raw, redis_url, unique};
@@ -22,7 +22,9 @@ async fn layout_is_byte_compatible_with_the_reference() {
     for backend in both_backends().await {
         // A slash (cjson escapes it), non-ASCII text and a decomposed accent (stored in NFC).
         let key = format!("{}:caf\u{65}\u{301}/€", unique("layout"));
-        let nfc = syncguard::key::normalize_key(&key).unwrap().into_owned();
+        let nfc = syncguard::backend::key::normalize_key(&key)
+            .unwrap()
+            .into_owned();
         let lease = acquired(&backend, &key, Duration::from_secs(30)).await;
 
         let lock_key = make_storage_key("syncguard", &nfc, 1000, 26).unwrap();

@@ -198,7 +198,9 @@ async fn a_release_publishes_the_normalized_key_and_nothing_else_does() {
         format!("{base}:{}", "k".repeat(400)),
     ];
     for key in &keys {
-        let nfc = syncguard::key::normalize_key(key).unwrap().into_owned();
+        let nfc = syncguard::backend::key::normalize_key(key)
+            .unwrap()
+            .into_owned();
         let lease = acquired(&backend, key, Duration::from_secs(30)).await;
         refused(&backend, key).await;
         let extended = backend
@@ -299,7 +301,8 @@ async fn expiry_without_release_wakes_waiters_at_the_lease_end() {
     assert!(guard.fence() > lease.fence);
     // Not before the lease and its 1 s tolerance ended.
     assert!(
-        syncguard::time::now_ms() >= expires_at_ms + syncguard::time::TIME_TOLERANCE_MS,
+        syncguard::backend::time::now_ms()
+            >= expires_at_ms + syncguard::backend::time::TIME_TOLERANCE_MS,
         "taken before the lease ended"
     );
     assert_eq!(

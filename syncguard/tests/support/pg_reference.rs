@@ -6,7 +6,7 @@
 
 use sqlx::{Connection, PgConnection};
 use syncguard::LockId;
-use syncguard::key::{make_fence_key, make_storage_key};
+use syncguard::backend::key::{make_fence_key, make_storage_key};
 
 /// The reference's acquire: one transaction of eight round trips (BEGIN, the server time, the
 /// advisory lock, `SELECT ... FOR UPDATE`, the two fence statements, the lock upsert, COMMIT).

@@ -3,7 +3,7 @@
 //! stored locks (within the [Unicode limit](#unicode-the-limit-of-the-compatibility-promise)).
 //!
 //! ```
-//! use syncguard::key::{hash_key, make_fence_key, make_storage_key, normalize_key};
+//! use syncguard::backend::key::{hash_key, make_fence_key, make_storage_key, normalize_key};
 //!
 //! let key = normalize_key("job:42")?;
 //! let storage = make_storage_key("syncguard", &key, 1000, 26)?;
@@ -41,7 +41,7 @@
 //! among them, or hash or percent-encode such input into ASCII before it becomes a key.
 //!
 //! ```
-//! use syncguard::key::normalize_key;
+//! use syncguard::backend::key::normalize_key;
 //!
 //! // U+05B1 (class 11) before U+05C8 (class 10 in Unicode 18): reordered here.
 //! assert_eq!(normalize_key("x\u{5B1}\u{5C8}")?, "x\u{5C8}\u{5B1}");
