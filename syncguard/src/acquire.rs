@@ -12,7 +12,7 @@ use crate::backend::time::{TIME_TOLERANCE_MS, now_ms};
 use crate::backend::{
     AcquireOutcome, Contention, Lease, LockBackend, LockObserver, ReleaseWatch, Wake,
 };
-use crate::error::{LockError, Result};
+use crate::error::{HolderExpiry, LockError, Result};
 use crate::far_future::later;
 use crate::guard::{HeartbeatBy, LockGuard, SentAt, Start};
 use crate::lock_name::LockName;
@@ -355,15 +355,14 @@ impl<'o> Acquisition<'o> {
     /// expiry as the last refusal reported it.
     fn contended(&self) -> LockError {
         let lock = LockName::new(&self.key, self.options.show_key());
+        let holder = self.holder_expires_at_ms.map(|at_ms| HolderExpiry {
+            at_ms,
+            lease_ends: lease_over_at(at_ms),
+        });
         let error = if self.made <= 1 {
-            LockError::contended(lock, self.holder_expires_at_ms)
+            LockError::contended(lock, holder)
         } else {
-            LockError::acquisition_timeout(
-                lock,
-                self.made,
-                self.began.elapsed(),
-                self.holder_expires_at_ms,
-            )
+            LockError::acquisition_timeout(lock, self.made, self.began.elapsed(), holder)
         };
         self.gave_up(error)
     }

@@ -8,7 +8,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::backend::time::{TIME_TOLERANCE_MS, now_ms};
+use tokio::time::Instant;
+
 use crate::lock_name::LockName;
 
 /// A boxed driver error, kept as the [`source`](std::error::Error::source) of a [`LockError`].
@@ -110,7 +111,7 @@ enum Repr {
     )]
     Contended {
         lock: LockName,
-        holder_expires_at_ms: Option<u64>,
+        holder: Option<HolderExpiry>,
     },
 
     #[error(
@@ -121,7 +122,7 @@ enum Repr {
         lock: LockName,
         attempts: u32,
         waited: Duration,
-        holder_expires_at_ms: Option<u64>,
+        holder: Option<HolderExpiry>,
     },
 
     #[error("lock operation aborted")]
@@ -327,12 +328,8 @@ impl LockError {
     }
 
     /// The error of [`acquire`](crate::acquire) on a held lock, after a single attempt.
-    pub(crate) fn contended(lock: LockName, holder_expires_at_ms: Option<u64>) -> Self {
-        Repr::Contended {
-            lock,
-            holder_expires_at_ms,
-        }
-        .into()
+    pub(crate) fn contended(lock: LockName, holder: Option<HolderExpiry>) -> Self {
+        Repr::Contended { lock, holder }.into()
     }
 
     /// The error of [`acquire`](crate::acquire) on a lock that stayed held through a wait.
@@ -340,13 +337,13 @@ impl LockError {
         lock: LockName,
         attempts: u32,
         waited: Duration,
-        holder_expires_at_ms: Option<u64>,
+        holder: Option<HolderExpiry>,
     ) -> Self {
         Repr::AcquisitionTimeout {
             lock,
             attempts,
             waited,
-            holder_expires_at_ms,
+            holder,
         }
         .into()
     }
@@ -468,15 +465,12 @@ impl LockError {
     /// The lock stays live for the [tolerance](crate::backend::time::TIME_TOLERANCE_MS) past it, and
     /// the holder's heartbeat may extend it meanwhile; a release frees it earlier.
     pub fn holder_expires_at_ms(&self) -> Option<u64> {
+        self.holder().map(|holder| holder.at_ms)
+    }
+
+    fn holder(&self) -> Option<HolderExpiry> {
         match &*self.0 {
-            Repr::Contended {
-                holder_expires_at_ms,
-                ..
-            }
-            | Repr::AcquisitionTimeout {
-                holder_expires_at_ms,
-                ..
-            } => *holder_expires_at_ms,
+            Repr::Contended { holder, .. } | Repr::AcquisitionTimeout { holder, .. } => *holder,
             _ => None,
         }
     }
@@ -493,11 +487,8 @@ impl LockError {
     /// lease is never longer than its ttl, so bound the result by the ttl the holders use (plus
     /// the tolerance) before telling a client to wait that long.
     pub fn holder_lease_left(&self) -> Option<Duration> {
-        let expires_at_ms = self.holder_expires_at_ms()?;
-        let left_ms = expires_at_ms
-            .saturating_add(TIME_TOLERANCE_MS)
-            .saturating_sub(now_ms());
-        Some(Duration::from_millis(left_ms))
+        let holder = self.holder()?;
+        Some(holder.lease_ends.saturating_duration_since(Instant::now()))
     }
 
     /// What happened, for humans, as the backend (or the check that refused an argument)
@@ -515,6 +506,15 @@ impl LockError {
             _ => None,
         }
     }
+}
+
+/// The holder's expiry a refusal reported: as the store gave it, and when the lease it
+/// allows ends by this host's monotonic clock (the expiry plus the liveness tolerance, read
+/// against the store's time when the refusal came).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HolderExpiry {
+    pub(crate) at_ms: u64,
+    pub(crate) lease_ends: Instant,
 }
 
 #[cfg(test)]
@@ -580,8 +580,12 @@ mod tests {
     #[test]
     fn the_accessors_answer_for_their_kind() {
         let lock = LockName::new("job:1", false);
-        let far = now_ms() + 60_000;
-        let contended = LockError::contended(lock.clone(), Some(far));
+        let far = 1_900_000_000_000;
+        let holder = HolderExpiry {
+            at_ms: far,
+            lease_ends: Instant::now() + Duration::from_secs(61),
+        };
+        let contended = LockError::contended(lock.clone(), Some(holder));
         assert_eq!(contended.lock(), Some(&lock));
         assert_eq!(contended.holder_expires_at_ms(), Some(far));
         let left = contended.holder_lease_left().unwrap();
@@ -593,7 +597,11 @@ mod tests {
         assert_eq!((contended.attempts(), contended.waited()), (None, None));
 
         let waited = Duration::from_millis(250);
-        let timeout = LockError::acquisition_timeout(lock.clone(), 3, waited, Some(1));
+        let past = HolderExpiry {
+            at_ms: 1,
+            lease_ends: Instant::now(),
+        };
+        let timeout = LockError::acquisition_timeout(lock.clone(), 3, waited, Some(past));
         assert_eq!(
             (timeout.attempts(), timeout.waited()),
             (Some(3), Some(waited))

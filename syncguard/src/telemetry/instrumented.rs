@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::events::{EventReason, EventResult, Operation};
+use super::event::{EventReason, EventResult, Operation};
 use crate::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockInfo, LockObserver,
     Lookup, ReleaseNotifier, ReleaseOutcome,

@@ -31,13 +31,13 @@
 //! # Ok(()) }
 //! ```
 
-mod events;
+mod callback;
+mod event;
 mod instrumented;
 #[cfg(feature = "opentelemetry")]
 mod otel;
 
-pub use events::{
-    EventReason, EventResult, LockEvent, Operation, TelemetryBackend, with_telemetry,
-};
+pub use callback::{TelemetryBackend, with_telemetry};
+pub use event::{EventReason, EventResult, LockEvent, Operation};
 #[cfg(feature = "opentelemetry")]
 pub use otel::{OpenTelemetryBackend, with_opentelemetry};

@@ -11,7 +11,7 @@ use opentelemetry::trace::{
 };
 use opentelemetry::{Context, KeyValue};
 
-use super::events::Operation;
+use super::event::Operation;
 use super::instrumented::{Call, Instrument, Instrumented, decorator};
 use crate::backend::key::hash_key;
 use crate::backend::{Lease, LockBackend, LockObserver};
