@@ -160,8 +160,14 @@ enum Attempt {
 /// backend's time authority) stops counting as live: past the tolerance. Clock skew only moves
 /// a wake-up: an attempt decides, never this.
 fn lease_over_at(expires_at_ms: u64) -> Instant {
-    let over_at_ms = expires_at_ms.saturating_add(TIME_TOLERANCE_MS + 1);
-    let until = Duration::from_millis(over_at_ms.saturating_sub(now_ms()));
+    lease_ends_at(expires_at_ms) + Duration::from_millis(1)
+}
+
+/// When a lease that expires at `expires_at_ms` (store time) stops counting as live, by this
+/// host's clock: its expiry plus the tolerance, at most a day from now.
+fn lease_ends_at(expires_at_ms: u64) -> Instant {
+    let ends_at_ms = expires_at_ms.saturating_add(TIME_TOLERANCE_MS);
+    let until = Duration::from_millis(ends_at_ms.saturating_sub(now_ms()));
     Instant::now() + until.min(LONGEST_HOLDER_WAIT)
 }
 
@@ -357,7 +363,7 @@ impl<'o> Acquisition<'o> {
         let lock = LockName::new(&self.key, self.options.show_key());
         let holder = self.holder_expires_at_ms.map(|at_ms| HolderExpiry {
             at_ms,
-            lease_ends: lease_over_at(at_ms),
+            lease_ends: lease_ends_at(at_ms),
         });
         let error = if self.made <= 1 {
             LockError::contended(lock, holder)
