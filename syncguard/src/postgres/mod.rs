@@ -507,9 +507,12 @@ impl PostgresBackend {
             LockError::invalid_argument("invalid PostgreSQL connection URL")
                 .with_source(error::driver_error(e))
         })?;
+        // The pool's own wait is only a backstop: each operation (and the first connection)
+        // is bounded by its own budget, the operation or the connect timeout, whichever is
+        // longer must not be cut short by the pool.
         let pool = Self::pool_options()
             .max_connections(config.max_connections())
-            .acquire_timeout(config.operation_timeout())
+            .acquire_timeout(config.operation_timeout().max(config.connect_timeout()))
             .connect_lazy_with(options);
         let backend = Self::on_pool(pool, config)?;
         // Connect now, so that a wrong URL or a server that is down fails here.

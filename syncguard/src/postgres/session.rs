@@ -31,7 +31,7 @@ use tokio::time::{Instant, sleep, timeout, timeout_at};
 use super::error::map_error;
 use super::kept::{Kept, Taken};
 use crate::backend::BoxFuture;
-use crate::error::LockError;
+use crate::error::{ErrorCode, LockError};
 
 /// How long a wait for a pooled connection lasts before the server's port is probed.
 const PROBE_AFTER: Duration = Duration::from_millis(100);
@@ -58,21 +58,40 @@ pub(super) struct Budget {
     within: Duration,
     /// `"operation timeout"`, or `"connect timeout"` for the first connection.
     name: &'static str,
+    /// The setting that sets it, for the error.
+    setter: &'static str,
 }
 
 impl Budget {
-    fn new(within: Duration, name: &'static str) -> Self {
+    fn operation(within: Duration) -> Self {
+        Self::new(
+            within,
+            "operation timeout",
+            "PostgresConfig::with_operation_timeout",
+        )
+    }
+
+    fn connect(within: Duration) -> Self {
+        Self::new(
+            within,
+            "connect timeout",
+            "PostgresConfig::with_connect_timeout",
+        )
+    }
+
+    fn new(within: Duration, name: &'static str, setter: &'static str) -> Self {
         Self {
             deadline: Instant::now() + within,
             within,
             name,
+            setter,
         }
     }
 
     fn timed_out(&self, what: &str) -> LockError {
         LockError::network_timeout(format!(
-            "{what} within the {} ({:?})",
-            self.name, self.within
+            "{what} within the {} ({:?}, `{}`)",
+            self.name, self.within, self.setter
         ))
     }
 }
@@ -105,7 +124,7 @@ impl Session {
     where
         F: for<'c> Fn(&'c mut PgConnection, Attempt) -> BoxFuture<'c, Result<T, sqlx::Error>>,
     {
-        let budget = Budget::new(self.operation_timeout, "operation timeout");
+        let budget = Budget::operation(self.operation_timeout);
         self.run_within(budget, statement).await
     }
 
@@ -115,7 +134,7 @@ impl Session {
     where
         F: for<'c> Fn(&'c mut PgConnection, Attempt) -> BoxFuture<'c, Result<T, sqlx::Error>>,
     {
-        let budget = Budget::new(self.connect_timeout, "connect timeout");
+        let budget = Budget::connect(self.connect_timeout);
         self.run_within(budget, statement).await
     }
 
@@ -212,8 +231,15 @@ impl Session {
         tokio::select! {
             acquired = acquire => match acquired {
                 Ok(Ok(conn)) => Ok(Taken::from_pool(conn)),
+                // The pool's own wait, a backstop as long as the budget, may end first.
+                Ok(Err(sqlx::Error::PoolTimedOut)) | Err(_) => {
+                    Err(match map_error(sqlx::Error::PoolTimedOut, Some(&self.pool)) {
+                        busy if busy.code() == ErrorCode::RateLimited => busy,
+                        _ => budget
+                            .timed_out("no PostgreSQL connection (server slow or unreachable)"),
+                    })
+                }
                 Ok(Err(error)) => Err(map_error(error, Some(&self.pool))),
-                Err(_elapsed) => Err(map_error(sqlx::Error::PoolTimedOut, Some(&self.pool))),
             },
             error = refused => Err(error),
         }

@@ -416,3 +416,32 @@ async fn settings_that_cannot_apply_or_are_bad_are_refused_naming_them() {
     .unwrap();
     assert_eq!(sized.pool().options().get_max_connections(), 3);
 }
+
+/// `connect_with` waits for a server that does not answer as long as the connect timeout says,
+/// also when the operation timeout is shorter (before, the pool's wait cut it to the operation
+/// timeout), and the error names the setting to change.
+#[tokio::test]
+async fn the_connect_timeout_bounds_connect_with_and_is_named() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let config = PostgresConfig::new()
+        .with_connect_timeout(Duration::from_secs(2))
+        .with_operation_timeout(Duration::from_millis(200));
+    let started = std::time::Instant::now();
+    let error =
+        PostgresBackend::connect_with(&format!("postgres://app@127.0.0.1:{port}/app"), config)
+            .await
+            .unwrap_err();
+    let waited = started.elapsed();
+    assert_eq!(error.code(), ErrorCode::NetworkTimeout, "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("PostgresConfig::with_connect_timeout"),
+        "{error}"
+    );
+    assert!(
+        waited >= Duration::from_millis(1_800) && waited < Duration::from_secs(10),
+        "gave up after {waited:?}, not after the 2 s connect timeout"
+    );
+}
