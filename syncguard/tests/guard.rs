@@ -809,13 +809,17 @@ async fn a_loss_token_asked_for_after_the_loss_is_already_cancelled() {
 async fn a_lease_that_ran_out_says_whether_the_heartbeat_was_off() {
     let backend = Flaky::default();
     let off = options(|o| o.ttl(Duration::from_millis(300)).heartbeat(false));
+    // A hold cap under the ttl caps nothing without a heartbeat: the ttl still ended it.
+    let off_capped = options(|o| {
+        o.ttl(Duration::from_millis(600))
+            .heartbeat(false)
+            .max_hold(Duration::from_millis(100))
+    });
     let on = ttl(Duration::from_millis(600));
+    let ttl_elapsed = "the ttl ran out with the heartbeat off, so nothing extended the lease; give a longer ttl, or turn the heartbeat on";
     let cases = [
-        (
-            off,
-            LostReason::TtlElapsed,
-            "the ttl ran out with the heartbeat off, so nothing extended the lease; give a longer ttl, or turn the heartbeat on",
-        ),
+        (off, LostReason::TtlElapsed, ttl_elapsed),
+        (off_capped, LostReason::TtlElapsed, ttl_elapsed),
         (
             on,
             LostReason::LeaseExpired,

@@ -216,12 +216,14 @@ impl Shared {
         if belief.deadline > now {
             return None;
         }
-        let reason = if belief.reaches_cap || self.hold_until.is_some_and(|cap| now >= cap) {
-            LostReason::MaxHoldReached
-        } else if self.heartbeat {
-            LostReason::LeaseExpired
-        } else {
+        // Without a heartbeat nothing extends the lease, so a hold cap reached meanwhile is
+        // not what ended it: the ttl is.
+        let reason = if !self.heartbeat {
             LostReason::TtlElapsed
+        } else if belief.reaches_cap || self.hold_until.is_some_and(|cap| now >= cap) {
+            LostReason::MaxHoldReached
+        } else {
+            LostReason::LeaseExpired
         };
         Some(self.mark_lost(reason))
     }
