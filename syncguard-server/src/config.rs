@@ -321,7 +321,7 @@ impl AuthSettings {
 /// ```
 /// use syncguard_server::JwtSettings;
 ///
-/// let jwt = JwtSettings::with_jwks("https://idp.example/.well-known/jwks.json")
+/// let jwt = JwtSettings::from_jwks("https://idp.example/.well-known/jwks.json")
 ///     .issuer("https://idp.example/")
 ///     .audience("locks");
 /// assert_eq!(jwt.audience.as_deref(), Some("locks"));
@@ -344,7 +344,7 @@ pub struct JwtSettings {
 
 impl JwtSettings {
     /// Keys from the JWKS at `url`.
-    pub fn with_jwks(url: impl Into<String>) -> Self {
+    pub fn from_jwks(url: impl Into<String>) -> Self {
         Self {
             jwks: Some(url.into()),
             issuer: None,
@@ -355,7 +355,7 @@ impl JwtSettings {
     }
 
     /// Tokens of `issuer`, whose keys are found through its OpenID discovery document.
-    pub fn with_issuer(issuer: impl Into<String>) -> Self {
+    pub fn from_issuer(issuer: impl Into<String>) -> Self {
         Self {
             jwks: None,
             issuer: Some(issuer.into()),

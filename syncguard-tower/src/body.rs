@@ -15,8 +15,7 @@ use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use crate::retry_after::HoldTimes;
 
-/// The error type of [`LockBody`]: syncguard's own boxed error.
-pub use syncguard::BoxError;
+use syncguard::BoxError;
 
 type ReleaseFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 

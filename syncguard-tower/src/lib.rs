@@ -132,7 +132,7 @@ mod response;
 mod retry_after;
 mod service;
 
-pub use body::{BoxError, LockBody, ResponseBodies, Wrapped};
+pub use body::{LockBody, ResponseBodies, Wrapped};
 pub use config::{Keyless, ReleaseOn};
 pub use extension::HeldLock;
 #[cfg(feature = "axum")]

@@ -9,7 +9,9 @@ use bytes::Bytes;
 use http::{Request, Response};
 use tower::Service;
 
-use crate::body::{BoxError, ResponseBodies, Wrapped};
+use syncguard::BoxError;
+
+use crate::body::{ResponseBodies, Wrapped};
 use crate::config::{Config, Keyless, Layered};
 use crate::extension::RanUnlocked;
 use crate::future::{AcquireFuture, ResponseFuture};

@@ -298,7 +298,7 @@ async fn the_handler_reads_the_lock_from_the_extension_and_the_extractor() {
                     assert_eq!(lock.ttl(), syncguard::LockOptions::DEFAULT_TTL);
                     assert!(lock.expires_at_ms() > syncguard::backend::time::now_ms());
                     assert!(lock.held_for() < syncguard::LockOptions::DEFAULT_TTL);
-                    assert_eq!(syncguard::LockHandle::clone(&lock).fence(), lock.fence());
+                    assert_eq!(lock.handle().fence(), lock.fence());
                     assert_eq!(lock.name().key(), None, "keys are not shown by default");
                     assert!(!lock.lost_token().is_cancelled());
                     format!(

@@ -190,7 +190,10 @@ impl LockOptionsBuilder {
     ///
     /// The time is counted on the backend's clock from when it took the lock, and the release
     /// sets the lock's expiry to that fixed time ([`expire_at`]): a release delayed in the
-    /// network can never keep the lock past it.
+    /// network can never keep the lock past it. One case can: a heartbeat extend already on
+    /// the wire when the hold ends (the heartbeat is stopped, but a request sent cannot be
+    /// called back) may land after the release and keep the lock up to a ttl from then, held
+    /// by nobody; the work's exclusion is not at stake, only how soon the key frees up.
     ///
     /// [`expire_at`]: crate::backend::LockBackend::expire_at
     ///

@@ -224,7 +224,7 @@ mod tests {
 
     #[test]
     fn mode_selection() {
-        let jwt = JwtSettings::with_jwks("http://127.0.0.1:1/jwks");
+        let jwt = JwtSettings::from_jwks("http://127.0.0.1:1/jwks");
         let mut both = AuthSettings::jwt(jwt);
         both.disabled = true;
         assert_eq!(Auth::from_settings(&both).unwrap().mode_name(), "jwt");

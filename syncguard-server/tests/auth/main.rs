@@ -73,7 +73,7 @@ fn assert_unauthorized(reply: &Reply, invalid_token: bool) {
 async fn the_owner_is_the_subject() {
     let (key, _) = keys();
     let jwks = KeyServer::start(&[key]).await;
-    let server = lsc_server(JwtSettings::with_jwks(jwks.jwks_url())).await;
+    let server = lsc_server(JwtSettings::from_jwks(jwks.jwks_url())).await;
     let alice = key.sign(&claims("alice"));
     let bob = key.sign(&claims("bob"));
 
@@ -116,7 +116,7 @@ async fn the_owner_is_the_subject() {
 async fn no_token_is_401_before_routing() {
     let (key, _) = keys();
     let jwks = KeyServer::start(&[key]).await;
-    let server = lsc_server(JwtSettings::with_jwks(jwks.jwks_url())).await;
+    let server = lsc_server(JwtSettings::from_jwks(jwks.jwks_url())).await;
     for (method, path) in [
         (Method::GET, "/v1/auth/lock/mylock"),
         (Method::POST, "/v1/auth/lock/mylock/acquire"),
@@ -149,7 +149,7 @@ async fn invalid_tokens_are_401() {
     let (key, other) = keys();
     let jwks = KeyServer::start(&[key]).await;
     let server = lsc_server(
-        JwtSettings::with_jwks(jwks.jwks_url())
+        JwtSettings::from_jwks(jwks.jwks_url())
             .issuer("https://idp.test")
             .audience("locks"),
     )
@@ -261,7 +261,7 @@ async fn invalid_tokens_are_401() {
 async fn critical_header_extensions_are_401() {
     let (key, _) = keys();
     let jwks = KeyServer::start(&[key]).await;
-    let server = lsc_server(JwtSettings::with_jwks(jwks.jwks_url())).await;
+    let server = lsc_server(JwtSettings::from_jwks(jwks.jwks_url())).await;
     let valid = claims("alice");
     for crit in [&["x-unknown"][..], &["x-unknown", "b64"], &["kid"], &[]] {
         let reply = acquire(
@@ -295,7 +295,7 @@ async fn critical_header_extensions_are_401() {
 async fn repeated_claims_are_401() {
     let (key, _) = keys();
     let jwks = KeyServer::start(&[key]).await;
-    let server = lsc_server(JwtSettings::with_jwks(jwks.jwks_url()).audience("locks")).await;
+    let server = lsc_server(JwtSettings::from_jwks(jwks.jwks_url()).audience("locks")).await;
     let now = now_seconds();
     let valid = [
         ("sub", json!("alice")),
@@ -334,7 +334,7 @@ async fn unknown_key_ids_refresh_the_keys_at_most_once_per_interval() {
     let (a, b) = keys();
     let jwks = KeyServer::start(&[a]).await;
     let patient =
-        lsc_server(JwtSettings::with_jwks(jwks.jwks_url()).min_refresh(Duration::from_secs(3600)))
+        lsc_server(JwtSettings::from_jwks(jwks.jwks_url()).min_refresh(Duration::from_secs(3600)))
             .await;
     assert_eq!(
         acquire(&patient, Some(&a.sign(&claims("alice"))), "kid1", "abc")
@@ -355,7 +355,7 @@ async fn unknown_key_ids_refresh_the_keys_at_most_once_per_interval() {
     );
 
     let eager =
-        lsc_server(JwtSettings::with_jwks(jwks.jwks_url()).min_refresh(Duration::ZERO)).await;
+        lsc_server(JwtSettings::from_jwks(jwks.jwks_url()).min_refresh(Duration::ZERO)).await;
     let fetches = jwks.fetches();
     assert_eq!(
         acquire(&eager, Some(&a.sign(&claims("alice"))), "kid3", "abc")
@@ -395,7 +395,7 @@ async fn unreachable_keys_are_503_and_cached_keys_outlive_failures() {
     let jwks = KeyServer::start(&[key]).await;
     jwks.failing.store(true, Ordering::SeqCst);
     let server = lsc_server(
-        JwtSettings::with_jwks(jwks.jwks_url())
+        JwtSettings::from_jwks(jwks.jwks_url())
             .cache_ttl(Duration::ZERO)
             .min_refresh(Duration::ZERO),
     )
@@ -422,7 +422,7 @@ async fn unreachable_keys_are_503_and_cached_keys_outlive_failures() {
     // It did try again (in the background: the answer did not wait for it).
     jwks.wait_for_fetches(fetches + 1).await;
 
-    let nowhere = lsc_server(JwtSettings::with_jwks("http://127.0.0.1:9/jwks")).await;
+    let nowhere = lsc_server(JwtSettings::from_jwks("http://127.0.0.1:9/jwks")).await;
     let reply = acquire(&nowhere, Some(&token), "keys", "abc").await;
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
 }
@@ -432,7 +432,7 @@ async fn keys_found_through_issuer_discovery() {
     let (key, _) = keys();
     let jwks = KeyServer::start(&[key]).await;
     let issuer = jwks.base.clone();
-    let server = lsc_server(JwtSettings::with_issuer(&issuer)).await;
+    let server = lsc_server(JwtSettings::from_issuer(&issuer)).await;
     let now = now_seconds();
     let token = key.sign(&json!({"sub":"carol","iss":issuer,"exp":now + 300}));
     let reply = acquire(&server, Some(&token), "discovered", "abc").await;
@@ -449,7 +449,7 @@ async fn keys_found_through_issuer_discovery() {
 async fn jwt_wins_over_disabled() {
     let (key, _) = keys();
     let jwks = KeyServer::start(&[key]).await;
-    let mut settings = AuthSettings::jwt(JwtSettings::with_jwks(jwks.jwks_url()));
+    let mut settings = AuthSettings::jwt(JwtSettings::from_jwks(jwks.jwks_url()));
     settings.disabled = true;
     let auth = Auth::from_settings(&settings).unwrap();
     let server = TestServer::start(Arc::new(MemoryBackend::new()), auth).await;

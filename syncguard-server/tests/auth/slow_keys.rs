@@ -58,7 +58,7 @@ async fn a_slow_refresh_does_not_hold_up_valid_tokens() {
     let jwks = KeyServer::start(&[a]).await;
     let server = Arc::new(
         lsc_server(
-            JwtSettings::with_jwks(jwks.jwks_url())
+            JwtSettings::from_jwks(jwks.jwks_url())
                 .cache_ttl(Duration::from_secs(1))
                 .min_refresh(Duration::ZERO),
         )
@@ -94,7 +94,7 @@ async fn an_unknown_key_id_waits_alone_and_refetches_are_rate_limited() {
     let jwks = KeyServer::start(&[a]).await;
     let min_refresh = Duration::from_secs(3);
     let server = Arc::new(
-        lsc_server(JwtSettings::with_jwks(jwks.jwks_url()).min_refresh(min_refresh)).await,
+        lsc_server(JwtSettings::from_jwks(jwks.jwks_url()).min_refresh(min_refresh)).await,
     );
     let valid = a.sign(&claims("alice"));
     // Signed before the clock matters: RSA signing is slow without optimizations.

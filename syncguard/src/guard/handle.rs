@@ -48,6 +48,15 @@ impl LockHandle {
         Self { shared }
     }
 
+    /// A handle of its own on this lock (a clone of this one: a pointer and a count), for code
+    /// that must not own the guard: the work's tasks, a request's extensions. A
+    /// [`LockGuard`](crate::LockGuard), the Tower layer's `HeldLock` and a
+    /// [`Leadership`](crate::leader::Leadership) all give one, through their deref to this
+    /// handle.
+    pub fn handle(&self) -> LockHandle {
+        self.clone()
+    }
+
     /// The (NFC-normalized) key of the lock.
     pub fn key(&self) -> &str {
         &self.shared.key

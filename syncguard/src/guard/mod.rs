@@ -261,12 +261,6 @@ impl LockGuard {
         };
     }
 
-    /// A cheap read-only handle on this lock (key, lock id, fence, expiry, loss) for code that
-    /// must not own the guard: the work's tasks, a request's extensions.
-    pub fn handle(&self) -> LockHandle {
-        self.handle.clone()
-    }
-
     /// Extends the lock now to *now + `ttl`*, on top of (or instead of) the heartbeat. An
     /// extend of the heartbeat still in flight is waited for first, so the backend applies
     /// them in the order the guard accounts for them; the call never waits past the lease.

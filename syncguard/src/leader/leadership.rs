@@ -20,7 +20,7 @@ use crate::guard::{LockGuard, LockHandle};
 ///   store lets another candidate in). A leadership derefs to the lock's [`LockHandle`], whose
 ///   [`lost`](LockHandle::lost) (await), [`is_lost`](LockHandle::is_lost),
 ///   [`lost_reason`](LockHandle::lost_reason) and [`lost_token`](LockHandle::lost_token) tell
-///   it (as do its key, expiry and span); `LockHandle::clone(&leadership)` gives one to the
+///   it (as do its key, expiry and span); [`handle`](LockHandle::handle) gives one to the
 ///   leader's own tasks. [`run`](Self::run) cancels the work with the election's default
 ///   [`OnLost::Cancel`](crate::OnLost::Cancel). A loss is final: campaign again.
 /// - **Resigning.** [`resign`](Self::resign) releases the lock, and the next candidate, woken
@@ -40,7 +40,7 @@ use crate::guard::{LockGuard, LockHandle};
 /// assert_eq!(compacted, 3);
 ///
 /// // The lock's handle, for the leader's own tasks: check it before each side effect.
-/// let handle = syncguard::LockHandle::clone(&leadership);
+/// let handle = leadership.handle();
 /// let task = tokio::spawn(async move { handle.is_held().then(|| handle.fence()) });
 /// assert_eq!(task.await.unwrap(), Some(term));
 /// let deposed = leadership.lost_token(); // cancelled if leadership is lost, not on resign

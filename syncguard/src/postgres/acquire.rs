@@ -35,7 +35,7 @@ use super::in_doubt::AcquireInDoubt;
 use super::operations::as_bigint;
 use super::rows;
 use super::session::{Attempt, boxed};
-use super::{PostgresBackend, STORAGE_KEY_LIMIT_BYTES};
+use super::{MAX_STORAGE_KEY_BYTES, PostgresBackend};
 use crate::backend::key::{make_fence_key, make_storage_key, normalize_key};
 use crate::backend::time::{TIME_TOLERANCE_MS, ttl_millis};
 use crate::backend::{AcquireOutcome, check_holder};
@@ -57,8 +57,8 @@ impl PostgresBackend {
         if let Some(holder) = holder {
             check_holder(holder)?;
         }
-        let storage_key = make_storage_key("", &key, STORAGE_KEY_LIMIT_BYTES, 0)?;
-        let fence_key = make_fence_key("", &storage_key, STORAGE_KEY_LIMIT_BYTES, 0)?;
+        let storage_key = make_storage_key("", &key, MAX_STORAGE_KEY_BYTES, 0)?;
+        let fence_key = make_fence_key("", &storage_key, MAX_STORAGE_KEY_BYTES, 0)?;
         let lock_id = LockId::generate();
         // A key without a row is taken by a plain statement; a lock there (live or expired),
         // or another acquire of the key under way, leaves it to the acquire function, which

@@ -133,7 +133,7 @@
 //! kept silent by the old lock's), and this library's acquire replaces an expired row
 //! (delete and insert) rather than updating it. Storage keys are
 //! [`make_storage_key("", key, 1700, 0)`](crate::backend::key::make_storage_key) (longer keys are
-//! hashed, see [`STORAGE_KEY_LIMIT_BYTES`]), fence keys the two-step
+//! hashed, see [`MAX_STORAGE_KEY_BYTES`]), fence keys the two-step
 //! [`make_fence_key("", storage key, 1700, 0)`](crate::backend::key::make_fence_key), and fences the
 //! BIGINT counter, written as 15 digits in the lock row (the first is `000000000000001`).
 //! Acquires serialize on the same advisory lock as the reference's transaction (the plain
@@ -333,9 +333,7 @@ pub const SCHEMA_SQL: &str = include_str!("schema.sql");
 
 /// Longest storage key (bytes) before keys are hashed, as the reference design sets it for
 /// PostgreSQL's B-tree entries.
-pub const STORAGE_KEY_LIMIT_BYTES: usize = 1700;
-
-pub use crate::backend::time::CLEANUP_GUARD_MS;
+pub const MAX_STORAGE_KEY_BYTES: usize = 1700;
 
 /// Locks in PostgreSQL tables shared with the SyncGuard reference design.
 ///
@@ -533,7 +531,7 @@ impl PostgresBackend {
         &self.inner.config
     }
 
-    /// Deletes expired lock rows (more than [`CLEANUP_GUARD_MS`] past the tolerance) and
+    /// Deletes expired lock rows (more than [`CLEANUP_GUARD_MS`](crate::backend::time::CLEANUP_GUARD_MS) past the tolerance) and
     /// returns how many. Never touches the fence table. Run it periodically if many distinct
     /// keys are locked once and never again; otherwise an acquire overwrites expired rows.
     ///

@@ -7,8 +7,9 @@ use sqlx::SqlStr;
 
 use super::rows::{self, read, to_millis};
 use super::session::boxed;
-use super::{CLEANUP_GUARD_MS, PostgresBackend, STORAGE_KEY_LIMIT_BYTES};
+use super::{MAX_STORAGE_KEY_BYTES, PostgresBackend};
 use crate::backend::key::{make_storage_key, normalize_key};
+use crate::backend::time::CLEANUP_GUARD_MS;
 use crate::backend::time::{TIME_TOLERANCE_MS, check_expiry, ttl_millis};
 use crate::backend::{
     AcquireOutcome, BoxFuture, Capabilities, ExtendOutcome, LockBackend, LockInfo, Lookup,
@@ -110,7 +111,7 @@ impl PostgresBackend {
 
     async fn is_locked_impl(&self, key: &str) -> Result<bool, LockError> {
         let key = normalize_key(key)?;
-        let storage_key = make_storage_key("", &key, STORAGE_KEY_LIMIT_BYTES, 0)?;
+        let storage_key = make_storage_key("", &key, MAX_STORAGE_KEY_BYTES, 0)?;
         let sql = &self.inner.is_locked;
         let row = self
             .session
@@ -161,7 +162,7 @@ impl PostgresBackend {
                 let key = normalize_key(key)?;
                 (
                     &self.inner.lookup_by_key,
-                    make_storage_key("", &key, STORAGE_KEY_LIMIT_BYTES, 0)?,
+                    make_storage_key("", &key, MAX_STORAGE_KEY_BYTES, 0)?,
                 )
             }
             Lookup::LockId(lock_id) => (&self.inner.lookup_by_id, lock_id.as_str().to_owned()),

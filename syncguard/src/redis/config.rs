@@ -18,15 +18,6 @@ pub const DEFAULT_PREFIX: &str = "syncguard";
 /// within the reference's 1000-byte budget without hashing, so the layout is the plain one.
 pub const MAX_PREFIX_BYTES: usize = 128;
 
-/// How far past its expiry an expired lock must be before `is_locked` may delete it when
-/// [`RedisConfig::with_cleanup_in_is_locked`] is on (the specification's guard of at least
-/// 2000 ms, so that cleanup never races a concurrent extend).
-///
-/// ```
-/// assert!(syncguard::redis::CLEANUP_GUARD_MS >= 2000);
-/// ```
-pub use crate::backend::time::CLEANUP_GUARD_MS;
-
 /// Every setting of a [`RedisBackend`](super::RedisBackend) but where it connects: what
 /// [`RedisBackend::connect_with`](super::RedisBackend::connect_with) (beside the URL) and
 /// [`RedisBackend::new`](super::RedisBackend::new) (beside your connection) take.
@@ -138,7 +129,7 @@ impl RedisConfig {
     }
 
     /// Whether `is_locked` deletes the data of a lock it finds expired for more than
-    /// [`CLEANUP_GUARD_MS`] (default `false`: `is_locked` is a pure read). Only the lock key
+    /// [`CLEANUP_GUARD_MS`](crate::backend::time::CLEANUP_GUARD_MS) (default `false`: `is_locked` is a pure read). Only the lock key
     /// and its index are deleted, never a fence counter. Redis also drops lock keys by their
     /// own TTL, so this only matters for keys written without one.
     ///

@@ -11,7 +11,7 @@
 //! EVALSHA too, where a release still frees its lock. A library of an earlier syncguard
 //! version (a few kilobytes) stays on the server until deleted (`FUNCTION DELETE`). The acquire,
 //! release and extend calls waiting at the same moment run in one script call (up to 64 of
-//! them, up to 4 such calls awaiting replies), each exactly as it would run alone: a lone
+//! them, up to 2 such calls awaiting replies), each exactly as it would run alone: a lone
 //! caller pays one round trip, many callers share a few. A call that meets bad data fails
 //! alone, having changed nothing. Waiters wake when a lock is released, through Redis Pub/Sub
 //! (see [waiting](#waiting)).
@@ -242,10 +242,7 @@ use crate::backend::key::normalize_key;
 use crate::error::LockError;
 use crate::lock_id::LockId;
 
-pub use config::{
-    CLEANUP_GUARD_MS, ConnectionMode, DEFAULT_PREFIX, MAX_PREFIX_BYTES, RedisConfig,
-    validate_prefix,
-};
+pub use config::{ConnectionMode, DEFAULT_PREFIX, MAX_PREFIX_BYTES, RedisConfig, validate_prefix};
 pub use connection::RedisConnection;
 #[cfg(feature = "redis-tls")]
 use connection::install_crypto_provider;
@@ -377,7 +374,7 @@ impl RedisBackend {
                 conn,
                 layout,
                 cleanup_guard_ms: if config.cleanup_in_is_locked() {
-                    CLEANUP_GUARD_MS
+                    crate::backend::time::CLEANUP_GUARD_MS
                 } else {
                     0
                 },

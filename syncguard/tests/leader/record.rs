@@ -50,7 +50,7 @@ impl Term {
                 actions: Vec::new(),
                 lost: None,
             },
-            handle: syncguard::LockHandle::clone(leadership),
+            handle: leadership.handle(),
             history: Arc::clone(history),
         }
     }

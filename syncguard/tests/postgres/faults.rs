@@ -13,7 +13,7 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection, PgPool};
 use syncguard::backend::key::{make_fence_key, make_storage_key};
 use syncguard::backend::{LockBackend, Lookup};
-use syncguard::postgres::{PostgresBackend, PostgresConfig, STORAGE_KEY_LIMIT_BYTES, setup_schema};
+use syncguard::postgres::{MAX_STORAGE_KEY_BYTES, PostgresBackend, PostgresConfig, setup_schema};
 use syncguard::{ErrorCode, Fence, LockOptions};
 use tokio::time::Instant;
 
@@ -285,8 +285,8 @@ async fn a_damaged_fence_counter_fails_the_acquire_and_stores_nothing() {
     // Stored counters whose next fence is negative, zero, or past the maximum.
     for stored in [-6_i64, -1, i64::try_from(Fence::MAX.get()).unwrap()] {
         let key = key("damaged");
-        let storage_key = make_storage_key("", &key, STORAGE_KEY_LIMIT_BYTES, 0).unwrap();
-        let fence_key = make_fence_key("", &storage_key, STORAGE_KEY_LIMIT_BYTES, 0).unwrap();
+        let storage_key = make_storage_key("", &key, MAX_STORAGE_KEY_BYTES, 0).unwrap();
+        let fence_key = make_fence_key("", &storage_key, MAX_STORAGE_KEY_BYTES, 0).unwrap();
         sqlx::query("INSERT INTO syncguard_fence_counters (fence_key, fence, key_debug) VALUES ($1, $2, $3)")
             .bind(&fence_key)
             .bind(stored)
@@ -499,7 +499,7 @@ async fn a_failed_acquire_stores_nothing_whatever_the_tables_were_altered_to() {
                         .await
                 }
             };
-            let storage_key = make_storage_key("", &key, STORAGE_KEY_LIMIT_BYTES, 0).unwrap();
+            let storage_key = make_storage_key("", &key, MAX_STORAGE_KEY_BYTES, 0).unwrap();
             let rows: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
                 "SELECT count(*) FROM {locks} WHERE key = $1"
             )))
