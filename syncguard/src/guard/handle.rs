@@ -16,7 +16,7 @@ use crate::lock_name::LockName;
 /// [`LockGuard`](crate::LockGuard), which derefs to its handle, and a cheap read-only view for
 /// code that must not own the guard: the work's own tasks, a request's extensions (the Tower
 /// layer's `HeldLock` derefs to one too), an integration's context. Get one from
-/// [`LockGuard::handle`](crate::LockGuard::handle). Cloning it copies no string.
+/// [`handle`](Self::handle). Cloning it copies no string.
 ///
 /// It does not keep the lock: that stays the guard's job. Once the guard has released the
 /// lock (or was dropped), [`is_held`](Self::is_held) is `false` and no new loss is reported.

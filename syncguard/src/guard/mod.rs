@@ -74,7 +74,7 @@ use state::{Extension, Shared};
 ///   job runner) can take it from
 ///   [`acquire_with_polled_heartbeat`](crate::acquire_with_polled_heartbeat), run its
 ///   heartbeat from their own `poll` with [`poll_heartbeat`](Self::poll_heartbeat), then hand
-///   it to a task with [`spawn_heartbeat`](Self::spawn_heartbeat); [`handle`](Self::handle)
+///   it to a task with [`spawn_heartbeat`](Self::spawn_heartbeat); [`handle`](LockHandle::handle)
 ///   gives the work a cheap read-only [`LockHandle`].
 /// - **Tracing.** Each guard has a `syncguard.hold` span (fields `key_hash`, `key` with
 ///   [`show_key`](crate::LockOptionsBuilder::show_key), `fence`, `outcome`): the heartbeat's
