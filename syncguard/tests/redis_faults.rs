@@ -204,19 +204,13 @@ async fn the_operation_timeout_holds_on_a_connection_of_yours() {
     until_released(&observer, &key, deadline, "the acquire in doubt").await;
 }
 
-/// A connection of yours that never answers cannot hold the backend: the backend gives up a
-/// batch call after the operation timeout, which frees its slot (two are on the wire at most)
-/// and the orphan releases, and calls go on over the connections that work. Here a
-/// deadpool-redis pool without timeouts, whose connections have no response timeout either,
-/// holds connections that went half-open (stranded by the proxy: they never answer and never
-/// close); new connections go through. Before, a batch call on a stranded connection waited
-/// for it for good: once both slots were taken so, every later call timed out.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_connection_that_never_answers_does_not_hold_the_backend() {
+/// A backend on a deadpool-redis pool of the user's without timeouts, whose connections have
+/// no response timeout either (set by a `post_create` hook), through `proxy`; its four idle
+/// connections are stranded (they never answer and never close), new ones go through.
+async fn stranded_backend(proxy: &Proxy) -> RedisBackend {
     use syncguard::redis::deadpool_redis::{Hook, Manager, Pool};
     use syncguard::redis::redis::aio::MultiplexedConnection;
 
-    let proxy = Proxy::start(&server_addr()).await;
     let patient = Hook::sync_fn(|conn: &mut MultiplexedConnection, _| {
         conn.set_response_timeout(Duration::from_secs(24 * 3600));
         Ok(())
@@ -227,13 +221,8 @@ async fn a_connection_that_never_answers_does_not_hold_the_backend() {
         .post_create(patient)
         .build()
         .unwrap();
-    let timeout = Duration::from_millis(300);
-    let backend = RedisBackend::new(
-        pool.clone(),
-        RedisConfig::new().with_operation_timeout(timeout),
-    )
-    .unwrap();
-    let observer = RedisBackend::connect(&redis_url()).await.unwrap();
+    let config = RedisConfig::new().with_operation_timeout(Duration::from_millis(300));
+    let backend = RedisBackend::new(pool.clone(), config).unwrap();
     backend.load_scripts().await.unwrap();
     // Four connections open at once (held together), then idle in the pool: the next calls
     // take them.
@@ -242,8 +231,75 @@ async fn a_connection_that_never_answers_does_not_hold_the_backend() {
         opened.push(pool.get().await.unwrap());
     }
     drop(opened);
-
     proxy.strand();
+    backend
+}
+
+/// The orphan releases are not held by a connection that never answers either: the release
+/// task gives up a call after the operation timeout and sends it again, over a connection
+/// that works. Before, it waited on a stranded connection for good, and a lock that an acquire
+/// left for nobody stayed until its ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_never_answers_does_not_hold_the_orphan_releases() {
+    let proxy = Proxy::start(&server_addr()).await;
+    let backend = stranded_backend(&proxy).await;
+    let observer = RedisBackend::connect(&redis_url()).await.unwrap();
+    let ttl = Duration::from_secs(60);
+    // A lone acquire takes a stranded connection and times out; in doubt, it is handed to
+    // the release task, whose first call takes another stranded connection.
+    let error = backend
+        .acquire(
+            &format!("redis-faults:stranded:{}", LockId::generate()),
+            ttl,
+        )
+        .await
+        .expect_err("a stranded connection never answers");
+    assert_eq!(error.code(), ErrorCode::NetworkTimeout, "{error}");
+
+    // Acquires whose callers give up after a moment, until one of them lands all the same:
+    // a lock nobody holds, which the release task must release long before its ttl.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let waits = (0..8).map(|doubling| Duration::from_micros(100 << doubling));
+    let key = 'landed: loop {
+        for wait in waits.clone() {
+            assert!(
+                Instant::now() < deadline,
+                "no acquire landed after its caller gave up"
+            );
+            let key = format!("redis-faults:stranded-orphan:{}", LockId::generate());
+            match tokio::time::timeout(wait, backend.acquire(&key, ttl)).await {
+                Err(_gave_up) => {
+                    let soon = Instant::now() + Duration::from_millis(500);
+                    if landed(&backend, &key, soon).await {
+                        break 'landed key;
+                    }
+                }
+                // Answered in time: it leaves nothing behind once released (a release that
+                // takes a stranded connection times out, and its lock expires with the test).
+                Ok(Ok(acquired)) => {
+                    let lease = acquired.lease().expect("a fresh key is free");
+                    let _ = backend.release(&lease.lock_id).await;
+                }
+                Ok(Err(error)) => assert_eq!(error.code(), ErrorCode::NetworkTimeout, "{error}"),
+            }
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    until_released(&observer, &key, deadline, "the lock nobody holds").await;
+}
+
+/// A connection of yours that never answers cannot hold the backend: the backend gives up a
+/// batch call after the operation timeout, which frees its slot (two are on the wire at most)
+/// and the orphan releases, and calls go on over the connections that work. Here a
+/// deadpool-redis pool without timeouts, whose connections have no response timeout either,
+/// holds connections that went half-open (stranded by the proxy: they never answer and never
+/// close); new connections go through. Before, a batch call on a stranded connection waited
+/// for it for good: once both slots were taken so, every later call timed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_never_answers_does_not_hold_the_backend() {
+    let proxy = Proxy::start(&server_addr()).await;
+    let backend = stranded_backend(&proxy).await;
+    let observer = RedisBackend::connect(&redis_url()).await.unwrap();
     // Rounds of concurrent acquires (so that they batch): the first rounds' calls take the
     // stranded connections, and time out; a later round goes through a new connection.
     let deadline = Instant::now() + Duration::from_secs(15);
