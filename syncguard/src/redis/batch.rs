@@ -21,8 +21,8 @@ use ::redis::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::batch_call::send;
 pub(crate) use super::batch_call::{Header, NewExpiry, Op, Reply};
+use super::batch_call::{send, send_within};
 use super::connection::Conn;
 use super::orphans::{Orphan, Orphans};
 use super::within;
@@ -72,7 +72,7 @@ impl Batcher {
             conn,
             header: Arc::new(header),
             queue: Mutex::new(None),
-            orphans: Arc::default(),
+            orphans: Arc::new(Orphans::new(operation_timeout)),
             on_the_wire: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
             callers: AtomicUsize::new(0),
             operation_timeout,
@@ -163,6 +163,7 @@ impl Batcher {
             Arc::clone(&self.header),
             Arc::clone(&self.orphans),
             Arc::clone(&self.on_the_wire),
+            self.operation_timeout,
             receiver,
         ));
         // The receiver is alive: it was just handed to the task.
@@ -242,6 +243,7 @@ async fn drive(
     header: Arc<Header>,
     orphans: Arc<Orphans>,
     on_the_wire: Arc<Semaphore>,
+    operation_timeout: Duration,
     mut queue: mpsc::UnboundedReceiver<Call>,
 ) {
     while let Some(first) = queue.recv().await {
@@ -261,7 +263,7 @@ async fn drive(
         let header = Arc::clone(&header);
         let orphans = Arc::clone(&orphans);
         tokio::spawn(async move {
-            execute(&conn, &header, &orphans, calls).await;
+            execute(&conn, &header, &orphans, operation_timeout, calls).await;
             drop(slot);
         });
     }
@@ -272,11 +274,19 @@ async fn drive(
 /// dropped while waiting), and one whose acquire failed in a way that leaves open whether
 /// Redis applied it (a timeout, a broken connection: a request held up in the network runs
 /// when it arrives, after its caller gave up).
-async fn execute(conn: &Conn, header: &Arc<Header>, orphans: &Arc<Orphans>, calls: Vec<Call>) {
+/// The send is given up after `operation_timeout`, whatever the connection's own timeouts,
+/// so that its slot is free again by then.
+async fn execute(
+    conn: &Conn,
+    header: &Arc<Header>,
+    orphans: &Arc<Orphans>,
+    operation_timeout: Duration,
+    calls: Vec<Call>,
+) {
     let sent = Instant::now();
     let mut found = Vec::new();
     let (ops, callers): (Vec<Op>, Vec<_>) = calls.into_iter().map(|c| (c.op, c.reply)).unzip();
-    match send(conn, header, &ops).await {
+    match send_within(conn, header, &ops, operation_timeout).await {
         Ok(replies) => {
             for (i, ((op, caller), reply)) in ops.into_iter().zip(callers).zip(replies).enumerate()
             {

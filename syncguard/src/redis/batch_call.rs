@@ -1,11 +1,14 @@
 //! One call of the batch script: the operations it takes, how they are encoded, and how its
 //! reply is split among them. Batches, lone callers and the orphan releases all send it.
 
+use std::time::Duration;
+
 use ::redis::Value;
 
 use super::batch_function::BatchFunction;
 use super::connection::{Conn, ConnError};
 use super::error::{error_from_reply, unexpected_reply};
+use super::timed_out;
 use crate::backend::time::TIME_TOLERANCE_MS;
 use crate::error::LockError;
 use crate::lock_id::LockId;
@@ -129,6 +132,8 @@ pub(crate) struct Reply {
 pub(super) enum Failure {
     Conn(ConnError),
     Reply(Value),
+    /// No reply within the operation timeout: the call may still be on the wire, and run.
+    TimedOut(Duration),
 }
 
 impl Failure {
@@ -142,8 +147,24 @@ impl Failure {
         match self {
             Failure::Conn(error) => error.to_lock_error(),
             Failure::Reply(reply) => unexpected_reply("batch", reply),
+            Failure::TimedOut(timeout) => timed_out("answer", *timeout),
         }
     }
+}
+
+/// [`send`], given up after `timeout` (the operation timeout): the backend's own bound, so
+/// that a connection of the user's without a response timeout (a `ConnectionManager`, or a
+/// pool's connections, gone half-open) cannot hold a batch slot or the orphan releases for as
+/// long as the network holds the call.
+pub(super) async fn send_within(
+    conn: &Conn,
+    header: &Header,
+    ops: &[Op],
+    timeout: Duration,
+) -> Result<Vec<Result<Reply, LockError>>, Failure> {
+    tokio::time::timeout(timeout, send(conn, header, ops))
+        .await
+        .unwrap_or(Err(Failure::TimedOut(timeout)))
 }
 
 /// Runs `ops` in one call of the batch script; their replies, in order.

@@ -539,12 +539,15 @@ pub(super) async fn within<T>(
 ) -> Result<T, LockError> {
     tokio::time::timeout(timeout, operation)
         .await
-        .unwrap_or_else(|_elapsed| {
-            Err(LockError::network_timeout(format!(
-                "Redis did not {what} within the operation timeout ({timeout:?}); the \
-                 operation may or may not have been applied"
-            )))
-        })
+        .unwrap_or_else(|_elapsed| Err(timed_out(what, timeout)))
+}
+
+/// The error of an operation that did not `what` within `timeout` (the operation timeout).
+pub(super) fn timed_out(what: &str, timeout: Duration) -> LockError {
+    LockError::network_timeout(format!(
+        "Redis did not {what} within the operation timeout ({timeout:?}); the operation may \
+         or may not have been applied"
+    ))
 }
 
 impl fmt::Debug for RedisBackend {

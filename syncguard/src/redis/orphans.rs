@@ -23,7 +23,7 @@ use std::time::Duration;
 use ::redis::Value;
 use tokio::time::{Instant, sleep};
 
-use super::batch_call::{Header, Op, send};
+use super::batch_call::{Header, Op, send_within};
 use super::connection::Conn;
 use crate::backend::time::TIME_TOLERANCE_MS;
 
@@ -93,9 +93,11 @@ impl Orphan {
 }
 
 /// The locks of one backend waiting for their release, and whether a task drains them.
-#[derive(Default)]
 pub(crate) struct Orphans {
     state: Mutex<State>,
+    /// Each release call is given up after it (and sent again later), so that a connection
+    /// that never answers cannot hold up the releases for good.
+    operation_timeout: Duration,
 }
 
 #[derive(Default)]
@@ -105,6 +107,13 @@ struct State {
 }
 
 impl Orphans {
+    pub(super) fn new(operation_timeout: Duration) -> Self {
+        Self {
+            state: Mutex::default(),
+            operation_timeout,
+        }
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -168,7 +177,9 @@ async fn drain(orphans: Arc<Orphans>, conn: Conn, header: Arc<Header>) {
             continue;
         }
         let releases: Vec<Op> = due.iter().map(|orphan| orphan.release.clone()).collect();
-        match send(&conn, &header, &releases).await {
+        // A release that timed out may still land: sent again, it finds nothing (the lock id
+        // is the attempt's own), and a holder's stays a release of an unclaimed lock only.
+        match send_within(&conn, &header, &releases, orphans.operation_timeout).await {
             Ok(replies) => {
                 pause = RETRY_FIRST;
                 let again = due

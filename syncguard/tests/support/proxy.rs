@@ -1,6 +1,8 @@
 //! A TCP proxy on loopback that a test can stall (a network partition: bytes are held, not
-//! delivered, and new connections hang) or cut (every open connection closed at once, as a
-//! server restart or a dropped link would).
+//! delivered, and new connections hang), strand (the connections open now hold their bytes for
+//! good and never close, as half-open connections to a vanished peer do, while new ones go
+//! through) or cut (every open connection closed at once, as a server restart or a dropped
+//! link would).
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -17,6 +19,8 @@ pub struct Proxy {
     addr: SocketAddr,
     stalled: watch::Sender<bool>,
     connections: Arc<Mutex<Vec<AbortHandle>>>,
+    /// A flag per connection opened so far: set, the connection is stranded.
+    strands: Arc<Mutex<Vec<watch::Sender<bool>>>>,
     accepted: Arc<AtomicUsize>,
     accepting: AbortHandle,
 }
@@ -33,9 +37,11 @@ impl Proxy {
         let addr = listener.local_addr().expect("local address");
         let (stalled, watching) = watch::channel(false);
         let connections = Arc::new(Mutex::new(Vec::new()));
+        let strands = Arc::new(Mutex::new(Vec::new()));
         let accepted = Arc::new(AtomicUsize::new(0));
         let accepting = {
             let connections = Arc::clone(&connections);
+            let strands = Arc::clone(&strands);
             let accepted = Arc::clone(&accepted);
             tokio::spawn(async move {
                 loop {
@@ -43,7 +49,9 @@ impl Proxy {
                         continue;
                     };
                     accepted.fetch_add(1, Ordering::SeqCst);
-                    let task = tokio::spawn(forward(client, upstream, watching.clone()));
+                    let (strand, stranded) = watch::channel(false);
+                    strands.lock().unwrap().push(strand);
+                    let task = tokio::spawn(forward(client, upstream, watching.clone(), stranded));
                     connections.lock().unwrap().push(task.abort_handle());
                 }
             })
@@ -53,6 +61,7 @@ impl Proxy {
             addr,
             stalled,
             connections,
+            strands,
             accepted,
             accepting,
         }
@@ -71,6 +80,15 @@ impl Proxy {
     /// Delivers again what was held.
     pub fn resume(&self) {
         self.stalled.send_replace(false);
+    }
+
+    /// Holds every byte of the connections open now for good, in both directions, without
+    /// closing them: their peers wait for an answer that never comes. New connections go
+    /// through.
+    pub fn strand(&self) {
+        for strand in self.strands.lock().unwrap().iter() {
+            strand.send_replace(true);
+        }
     }
 
     /// Closes every connection open now (new ones go through).
@@ -93,7 +111,12 @@ impl Drop for Proxy {
     }
 }
 
-async fn forward(client: TcpStream, upstream: SocketAddr, stalled: watch::Receiver<bool>) {
+async fn forward(
+    client: TcpStream,
+    upstream: SocketAddr,
+    stalled: watch::Receiver<bool>,
+    stranded: watch::Receiver<bool>,
+) {
     let mut waiting = stalled.clone();
     if waiting.wait_for(|stalled| !stalled).await.is_err() {
         return;
@@ -104,16 +127,18 @@ async fn forward(client: TcpStream, upstream: SocketAddr, stalled: watch::Receiv
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
     tokio::select! {
-        () = pipe(client_read, server_write, stalled.clone()) => {}
-        () = pipe(server_read, client_write, stalled) => {}
+        () = pipe(client_read, server_write, stalled.clone(), stranded.clone()) => {}
+        () = pipe(server_read, client_write, stalled, stranded) => {}
     }
 }
 
-/// Copies `from` to `to`, holding each chunk while the proxy is stalled.
+/// Copies `from` to `to`, holding each chunk while the proxy is stalled, and for good once
+/// the connection is stranded.
 async fn pipe(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     mut stalled: watch::Receiver<bool>,
+    mut stranded: watch::Receiver<bool>,
 ) {
     let mut buffer = vec![0; 16 * 1024];
     loop {
@@ -121,7 +146,9 @@ async fn pipe(
             Ok(0) | Err(_) => return,
             Ok(read) => read,
         };
-        if stalled.wait_for(|stalled| !stalled).await.is_err() {
+        if stalled.wait_for(|stalled| !stalled).await.is_err()
+            || stranded.wait_for(|stranded| !stranded).await.is_err()
+        {
             return;
         }
         if to.write_all(&buffer[..read]).await.is_err() {
