@@ -51,7 +51,14 @@ if [ "${1:-}" != "--tests" ]; then
   # Packaged in dependency order, each verified (built from its .crate with default features)
   # against the others' packages: about a minute and 260 MB on a fresh 2-core machine.
   log "cargo package"
-  cargo package --allow-dirty -p syncguard-macros -p syncguard -p syncguard-tower
+  # Cargo verifies each package against the others' through a local registry, and takes
+  # registry crates as immutable: it unpacks them under $CARGO_HOME/registry/src/-<hash>/ once
+  # per checkout path and never rebuilds them. A second run here (same version, new code)
+  # would verify against the first run's sources and builds, so both start afresh.
+  rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/syncguard-* target/package-verify
+  CARGO_TARGET_DIR=target/package-verify \
+    cargo package --allow-dirty -p syncguard-macros -p syncguard -p syncguard-tower
+  rm -rf target/package-verify
 fi
 
 start_services
