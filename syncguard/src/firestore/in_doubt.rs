@@ -1,5 +1,5 @@
-//! Acquires whose outcome is unknown: one that timed out, whose commit failed without a clear
-//! refusal, or whose caller dropped it may have written its lock, or may still write it when a
+//! Acquires whose outcome is unknown: one that timed out, whose commit failed after it was
+//! sent, or whose caller dropped it may have written its lock, or may still write it when a
 //! commit held up in the network arrives. Nobody would hold that lock until its ttl ran out.
 //! Its lock id is unique to the call, so releasing by it is safe whatever happened. An
 //! acquire with a holder is never released so: a re-entry hands its lock id to a later caller
@@ -10,9 +10,9 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep};
 
 use super::FirestoreBackend;
+use super::transaction::TxFailure;
 use crate::backend::time::TIME_TOLERANCE_MS;
 use crate::backend::{LockBackend, NotHeldReason, ReleaseOutcome};
-use crate::error::{ErrorCode, LockError};
 use crate::lock_id::LockId;
 
 /// How many releases that find nothing are made before the backend gives up: a commit held
@@ -38,13 +38,13 @@ impl AcquireInDoubt {
         self.pending = None;
     }
 
-    /// Settles `self` if `error` says no commit of the call can land: bad input, refused
-    /// credentials, or a document this library cannot read. Otherwise it stays in doubt.
-    pub(super) fn settle_if_certain(self, error: &LockError) {
-        if matches!(
-            error.code(),
-            ErrorCode::InvalidArgument | ErrorCode::AuthFailed | ErrorCode::Internal
-        ) {
+    /// Settles `self` if the acquire failed before it sent a commit: only then is it certain
+    /// that nothing was written. After a commit request was sent no error is proof: a
+    /// connection lost while the answer was on its way leaves a written lock behind, whatever
+    /// the transport reports (an HTTP/2 error code gRPC does not name becomes an unknown gRPC
+    /// code, an internal error). Releasing a lock id never written costs only a query.
+    pub(super) fn settle_unless_sent(self, failure: &TxFailure) {
+        if !failure.commit_sent {
             self.settle();
         }
     }

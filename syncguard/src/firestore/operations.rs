@@ -102,7 +102,7 @@ impl FirestoreBackend {
             .then(|| AcquireInDoubt::new(self, &lock_id, ttl));
         let (key, lock_doc, fence_doc, new_id) = (&key, &lock_doc, &fence_doc, &lock_id);
         let outcome = self
-            .transact(false, |reader| async move {
+            .transact_tracking_commit(false, |reader| async move {
                 let (current, lock_unchanged) =
                     Self::read::<LockDocument>(&reader, self.config.lock_collection(), lock_doc)
                         .await?;
@@ -177,10 +177,10 @@ impl FirestoreBackend {
         if let Some(in_doubt) = in_doubt {
             match &outcome {
                 Ok(_) => in_doubt.settle(),
-                Err(error) => in_doubt.settle_if_certain(error),
+                Err(failure) => in_doubt.settle_unless_sent(failure),
             }
         }
-        outcome
+        Ok(outcome?)
     }
 
     async fn release_once(&self, lock_id: &LockId) -> Result<ReleaseOutcome, LockError> {

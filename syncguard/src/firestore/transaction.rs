@@ -37,6 +37,22 @@ pub(super) enum TxError {
     Lock(LockError),
     /// The commit found a document changed since it was read (or the transaction aborted).
     Conflict(FirestoreError),
+    /// The commit request was sent and failed otherwise: it may have been applied (the
+    /// connection lost while the answer was on its way, say).
+    Commit(FirestoreError),
+}
+
+/// Why a transaction failed, and whether a commit of it was sent: a commit that was sent and
+/// not answered with success may have been applied, whatever the error says.
+pub(super) struct TxFailure {
+    pub(super) error: LockError,
+    pub(super) commit_sent: bool,
+}
+
+impl From<TxFailure> for LockError {
+    fn from(failure: TxFailure) -> Self {
+        failure.error
+    }
 }
 
 impl From<FirestoreError> for TxError {
@@ -61,25 +77,50 @@ impl FirestoreBackend {
         F: Fn(FirestoreDb) -> Fut,
         Fut: Future<Output = Result<(T, Vec<Write>), TxError>>,
     {
+        Ok(self.transact_tracking_commit(snapshot, body).await?)
+    }
+
+    /// [`transact`](Self::transact), its failure saying whether a commit was sent (see
+    /// [`TxFailure`]).
+    pub(super) async fn transact_tracking_commit<T, F, Fut>(
+        &self,
+        snapshot: bool,
+        body: F,
+    ) -> Result<T, TxFailure>
+    where
+        F: Fn(FirestoreDb) -> Fut,
+        Fut: Future<Output = Result<(T, Vec<Write>), TxError>>,
+    {
+        let mut commit_sent = false;
+        let fail = |error, commit_sent| Err(TxFailure { error, commit_sent });
         let mut retries = 0;
         loop {
             let conflict = match self.attempt(snapshot, &body).await {
                 Ok(value) => return Ok(value),
-                Err(TxError::Conflict(error)) => error,
+                // Refused whole; still, a commit ran, and a later failure counts as one after
+                // a commit, in doubt (an acquire that gives up then costs one more query).
+                Err(TxError::Conflict(error)) => {
+                    commit_sent = true;
+                    error
+                }
                 Err(TxError::Store(error)) if is_aborted(&error) => error,
-                Err(TxError::Store(error)) => return Err(map_error(error)),
-                Err(TxError::Lock(error)) => return Err(error),
+                Err(TxError::Store(error)) => return fail(map_error(error), commit_sent),
+                Err(TxError::Commit(error)) => return fail(map_error(error), true),
+                Err(TxError::Lock(error)) => return fail(error, commit_sent),
             };
             if retries >= self.config.max_transaction_retries() {
-                return Err(if is_aborted(&conflict) {
-                    map_error(conflict)
-                } else {
-                    LockError::service_unavailable(format!(
-                        "the lock documents kept changing under {} attempts; try again",
-                        retries + 1
-                    ))
-                    .with_source(super::error::driver_error(conflict))
-                });
+                return fail(
+                    if is_aborted(&conflict) {
+                        map_error(conflict)
+                    } else {
+                        LockError::service_unavailable(format!(
+                            "the lock documents kept changing under {} attempts; try again",
+                            retries + 1
+                        ))
+                        .with_source(super::error::driver_error(conflict))
+                    },
+                    commit_sent,
+                );
             }
             retries += 1;
             // Full jitter, so that operations that conflicted once do not meet again.
@@ -130,7 +171,7 @@ impl FirestoreBackend {
             if is_conflict(&error) {
                 TxError::Conflict(error)
             } else {
-                TxError::Store(error)
+                TxError::Commit(error)
             }
         })?;
         Ok(value)
