@@ -27,6 +27,7 @@ mod frozen;
 struct Flaky {
     inner: MemoryBackend,
     failing_extends: Arc<AtomicBool>,
+    failing_releases: Arc<AtomicBool>,
     slow_releases: Arc<AtomicBool>,
     very_slow_releases: Arc<AtomicBool>,
     calls: Arc<AtomicUsize>,
@@ -46,6 +47,9 @@ impl LockBackend for Flaky {
         lock_id: &'a LockId,
     ) -> BoxFuture<'a, Result<ReleaseOutcome, LockError>> {
         self.calls.fetch_add(1, Ordering::SeqCst);
+        if self.failing_releases.load(Ordering::SeqCst) {
+            return Box::pin(async { Err(LockError::service_unavailable("injected outage")) });
+        }
         let slow = self.slow_releases.load(Ordering::SeqCst);
         let very_slow = self.very_slow_releases.load(Ordering::SeqCst);
         if slow || very_slow {
@@ -1121,4 +1125,31 @@ async fn a_frozen_holder_takes_no_step_past_its_lease() {
     let store = MemoryBackend::new();
     let make = move || std::future::ready(store.clone());
     frozen::a_frozen_holder_takes_no_step_past_its_lease(make, "frozen:holder").await;
+}
+
+/// A dropped guard's release that fails for a while (the backend unreachable, a pool outrun
+/// by a burst of drops) is sent again while the lock may still be held, so the key frees up
+/// once the backend answers, not at the end of the ttl.
+#[tokio::test]
+async fn a_dropped_guards_release_is_sent_again_after_a_transient_failure() {
+    let backend = Flaky::default();
+    let guard = acquire(&backend, "drop:retry", &ttl(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    backend.failing_releases.store(true, Ordering::SeqCst);
+    drop(guard);
+    sleep(Duration::from_millis(500)).await;
+    assert!(
+        backend.inner.is_locked("drop:retry").await.unwrap(),
+        "held while every release fails"
+    );
+    backend.failing_releases.store(false, Ordering::SeqCst);
+    let freed = Instant::now() + Duration::from_secs(10);
+    while backend.inner.is_locked("drop:retry").await.unwrap() {
+        assert!(
+            Instant::now() < freed,
+            "still held 10 s after the backend answered again (ttl 30 s)"
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -9,10 +9,12 @@ use std::sync::Arc;
 use std::task::{Context, Waker};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use super::shutdown::Registration;
 use super::state::Shared;
 use super::{Heartbeat, LockGuard};
-use crate::backend::LockBackend;
+use crate::backend::{LockBackend, ReleaseOutcome};
 use crate::error::{LockError, LostReason};
 
 /// How long [`LockGuard::release_in_background`] waits for the release before leaving it to
@@ -142,13 +144,41 @@ impl BackgroundRelease {
     }
 
     async fn run(mut self) {
-        let outcome = self.shared.let_go(self.backend.as_ref()).await;
+        let outcome = self.let_go_while_it_matters().await;
         self.answered = true;
         if let Err(error) = self.shared.report_release(outcome) {
             tracing::warn!(%error, lock = %self.shared.name, fence = %self.shared.fence, "syncguard release failed; the lock will expire at the end of its ttl");
         }
     }
+
+    /// The release, sent again after a failure worth retrying (the backend unreachable, slow
+    /// or throttling: a burst of dropped guards can outrun a pool) for as long as the lock may
+    /// still be held, so that a transient failure does not leave the key taken for the rest
+    /// of its ttl. Sending it again is safe: it names this hold's lock id, and a second one
+    /// that finds the lock gone changes nothing.
+    async fn let_go_while_it_matters(&self) -> Result<ReleaseOutcome, LockError> {
+        let mut pause = FIRST_RETRY;
+        loop {
+            let outcome = self.shared.let_go(self.backend.as_ref()).await;
+            match &outcome {
+                Err(error)
+                    if error.is_retryable()
+                        && Instant::now() + pause < self.shared.belief().deadline =>
+                {
+                    tracing::debug!(%error, lock = %self.shared.name, "syncguard release failed; sending it again in {pause:?}");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(LONGEST_RETRY_PAUSE);
+                }
+                _ => return outcome,
+            }
+        }
+    }
 }
+
+/// The pause before a failed background release is sent again, doubling up to
+/// [`LONGEST_RETRY_PAUSE`].
+const FIRST_RETRY: Duration = Duration::from_millis(100);
+const LONGEST_RETRY_PAUSE: Duration = Duration::from_secs(1);
 
 /// A release whose caller stopped waiting for it (the wait ran out, or the caller's future
 /// was dropped): dropping this hands the request under way to a task instead of cutting it
