@@ -175,6 +175,42 @@ async fn a_release_wakes_waiters_long_before_their_poll() {
     }
 }
 
+/// A backend made with `new` over a connection of yours, given the client to subscribe with,
+/// wakes its waiters on a release as one that connected itself does, for releases from
+/// another backend too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_on_a_connection_of_yours_wakes_its_waiters() {
+    let url = redis_url();
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let manager = redis::aio::ConnectionManager::new(client.clone())
+        .await
+        .unwrap();
+    let on_yours = RedisBackend::new(
+        RedisConnection::from(manager).with_release_client(client),
+        RedisConfig::new(),
+    )
+    .unwrap();
+    assert!(on_yours.release_notifications());
+    let holder = RedisBackend::connect(&url).await.unwrap();
+    for releaser in [&on_yours, &holder] {
+        let key = unique("yours");
+        let lease = acquired(releaser, &key, Duration::from_secs(30)).await;
+        let waiter = spawn_waiter(&on_yours, &key, waiting_every(SLOW_POLL));
+        sleep(Duration::from_millis(200)).await;
+        assert!(!waiter.is_finished(), "the key is held");
+        assert!(
+            releaser
+                .release(&lease.lock_id)
+                .await
+                .unwrap()
+                .is_released()
+        );
+        let guard = taken(waiter, PROMPT).await;
+        assert!(guard.fence() > lease.fence);
+        guard.release().await.unwrap();
+    }
+}
+
 /// What a release publishes: the normalized key, as the waiters' `acquire` gets it, escapes
 /// and all; once per release of a live lock an acquire was refused on, and for nothing else
 /// (an uncontended release, an acquire, an extend, a release that finds the lock gone or
