@@ -76,9 +76,11 @@ async fn rejected_credentials_and_permissions_are_auth_failed() {
         .unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unreachable_server_is_service_unavailable() {
+/// `connect_with` to a port nothing listens on, without reconnect attempts, in both
+/// connection modes: the mode and its error.
+async fn refused_in_both_modes() -> Vec<(ConnectionMode, syncguard::LockError)> {
     let port = free_port();
+    let mut refused = Vec::new();
     for mode in [
         ConnectionMode::Multiplexed,
         ConnectionMode::Pool { max_size: 2 },
@@ -91,6 +93,14 @@ async fn unreachable_server_is_service_unavailable() {
         )
         .await
         .unwrap_err();
+        refused.push((mode, err));
+    }
+    refused
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_server_is_service_unavailable() {
+    for (mode, err) in refused_in_both_modes().await {
         assert_eq!(err.code(), ErrorCode::ServiceUnavailable, "{mode:?}: {err}");
         assert!(err.is_retryable());
         assert!(err.source().is_some());
@@ -101,19 +111,7 @@ async fn unreachable_server_is_service_unavailable() {
 /// chain is walked, under a message in our words; the source is the I/O error itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_connection_prints_the_driver_error_once() {
-    let port = free_port();
-    for mode in [
-        ConnectionMode::Multiplexed,
-        ConnectionMode::Pool { max_size: 2 },
-    ] {
-        let err = RedisBackend::connect_with(
-            &format!("redis://127.0.0.1:{port}"),
-            RedisConfig::new()
-                .with_connection_mode(mode)
-                .with_reconnect_retries(0),
-        )
-        .await
-        .unwrap_err();
+    for (mode, err) in refused_in_both_modes().await {
         assert_eq!(err.code(), ErrorCode::ServiceUnavailable, "{mode:?}: {err}");
         assert!(
             err.to_string().contains("refused") && !err.to_string().contains("os error"),
