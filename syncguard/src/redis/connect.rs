@@ -173,10 +173,13 @@ const CLUSTER_RETRIES: (u32, u64, u64) = (8, 10, 200);
 /// `connect_with` for a `redis-cluster://` URL.
 #[cfg(feature = "redis-cluster")]
 async fn connect_cluster(url: &str, config: RedisConfig) -> Result<RedisBackend, LockError> {
-    use super::RedisLayout;
     use super::cluster_url::parse_cluster_url;
+    use super::{RedisLayout, reference_layout_on_a_cluster};
 
     let parsed = parse_cluster_url(url)?;
+    if config.layout() == Some(RedisLayout::Reference) {
+        return Err(reference_layout_on_a_cluster());
+    }
     if matches!(config.connection_mode(), ConnectionMode::Pool { .. }) {
         return Err(LockError::invalid_argument(
             "RedisConfig::with_connection_mode: a Redis Cluster is reached through one \

@@ -38,6 +38,22 @@ pub(crate) fn map_redis_error(error: RedisError) -> LockError {
              and SCRIPT LOAD",
             code_or_category(&error)
         ))
+    } else if kind == ErrorKind::Server(ServerErrorKind::CrossSlot) {
+        // Never from a cluster connection, whose calls each stay in one slot.
+        LockError::invalid_argument(
+            "this Redis is a cluster node and refused keys in different hash slots \
+             (CROSSSLOT): connect with a redis-cluster://host:port[,host:port...] URL \
+             (feature redis-cluster), which uses the cluster layout",
+        )
+    } else if matches!(
+        kind,
+        ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask)
+    ) {
+        LockError::service_unavailable(
+            "the Redis Cluster serves this key on another node (MOVED/ASK) and the redirection \
+             was not followed in time; retry later, and connect with a redis-cluster:// URL \
+             (feature redis-cluster) if this backend connects to one node of a cluster",
+        )
     } else if kind == ErrorKind::Server(ServerErrorKind::NoScript) {
         LockError::service_unavailable(
             "Redis lost the syncguard scripts again right after they were loaded (repeated \

@@ -357,13 +357,7 @@ impl RedisBackend {
     ) -> Result<Self, LockError> {
         config.validate()?;
         let kind = match (config.layout(), conn.is_cluster()) {
-            (Some(RedisLayout::Reference), true) => {
-                return Err(LockError::invalid_argument(
-                    "RedisConfig::with_layout: the reference layout cannot run on a Redis \
-                     Cluster (the keys of one lock are in different hash slots); use \
-                     RedisLayout::Cluster, or leave the layout out",
-                ));
-            }
+            (Some(RedisLayout::Reference), true) => return Err(reference_layout_on_a_cluster()),
             (Some(kind), _) => kind,
             (None, true) => RedisLayout::Cluster,
             (None, false) => RedisLayout::Reference,
@@ -580,6 +574,15 @@ impl RedisBackend {
     ) -> Result<T, LockError> {
         within(self.inner.operation_timeout, what, operation).await
     }
+}
+
+/// The refusal of [`RedisLayout::Reference`] on a cluster connection.
+fn reference_layout_on_a_cluster() -> LockError {
+    LockError::invalid_argument(
+        "RedisConfig::with_layout: the reference layout cannot run on a Redis Cluster (the keys \
+         of one lock are in different hash slots); use RedisLayout::Cluster, or leave the \
+         layout out",
+    )
 }
 
 /// `operation`, failed with [`ErrorCode::NetworkTimeout`](crate::ErrorCode::NetworkTimeout) when it does not end within

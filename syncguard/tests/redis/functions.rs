@@ -44,7 +44,7 @@ async fn calls(conn: &mut MultiplexedConnection, command: &str) -> u64 {
 }
 
 /// The names of the function libraries on the server.
-async fn libraries(conn: &mut MultiplexedConnection) -> Vec<String> {
+pub(crate) async fn libraries(conn: &mut MultiplexedConnection) -> Vec<String> {
     fn names(value: &Value, out: &mut Vec<String>) {
         let items: Vec<&Value> = match value {
             Value::Array(items) => items.iter().collect(),

@@ -1,5 +1,6 @@
 //! The Redis backend against a real redis-server, one concern per module: the conformance
-//! suite in both connection modes ([`conformance`]), the storage layout byte for byte and its
+//! suite in both connection modes and in the cluster layout ([`conformance`]), the cluster
+//! layout's keys ([`cluster_layout`]), the storage layout byte for byte and its
 //! compatibility with the reference ([`layout`]), expired lock data ([`expiry`]), batched
 //! script calls ([`batching`]), the batch as a Redis function ([`functions`]), acquires whose caller gave up ([`orphans`]), connection
 //! failures and recovery in both modes ([`connection`]), prefixes, reserved keys and bad
@@ -19,6 +20,7 @@ mod servers;
 mod urls;
 
 mod batching;
+mod cluster_layout;
 mod conformance;
 mod connection;
 mod expiry;

@@ -2,7 +2,9 @@
 #![recursion_limit = "256"]
 //! The Redis backend on a Redis Cluster.
 
+mod batching;
 mod conformance;
+mod connection;
 
 use syncguard::redis::RedisBackend;
 
@@ -22,4 +24,20 @@ pub(crate) async fn cluster_backend() -> RedisBackend {
     RedisBackend::connect(&cluster_url())
         .await
         .expect("connect to the cluster")
+}
+
+/// The seed nodes of the shared cluster, as plain `redis://` URLs.
+pub(crate) fn seed_nodes() -> Vec<String> {
+    let url = cluster_url();
+    let (_, nodes) = url.split_once("://").expect("a URL");
+    nodes
+        .trim_end_matches('/')
+        .split(',')
+        .map(|node| format!("redis://{node}"))
+        .collect()
+}
+
+/// A key of its own for each test run.
+pub(crate) fn unique(label: &str) -> String {
+    format!("{label}:{}", syncguard::LockId::generate())
 }
