@@ -39,7 +39,8 @@
 //!   a redis-rs `ConnectionManager` or a deadpool-redis pool ([`RedisConnection`]).
 //!
 //! The URL says where the backend connects: `redis://`, `rediss://` (TLS), `redis+unix://` /
-//! `unix://` (a socket), or their `valkey` forms; any other scheme is
+//! `unix://` (a socket), their `valkey` forms, or a cluster's nodes
+//! (`redis-cluster://host:port,host:port`, see [Redis Cluster](#redis-cluster)); any other scheme is
 //! [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) at once (a PostgreSQL URL names the PostgreSQL backend).
 //! The [`redis`] and [`deadpool_redis`] crates syncguard is built with are re-exported here,
 //! so that a connection of yours is of the same versions:
@@ -56,8 +57,12 @@
 //!
 //! ## Storage layout and compatibility
 //!
-//! Storage follows the reference design's Redis layout, so a Rust and a TypeScript SyncGuard
-//! service sharing a Redis and a prefix exclude each other:
+//! Two layouts ([`RedisConfig::with_layout`]): the reference layout, the default on one
+//! server, and the [cluster layout](#the-cluster-layout), required on a cluster and an opt-in
+//! on one server.
+//!
+//! In the reference layout, storage follows the reference design's Redis layout, so a Rust
+//! and a TypeScript SyncGuard service sharing a Redis and a prefix exclude each other:
 //!
 //! | what | Redis key | value | TTL |
 //! |---|---|---|---|
@@ -91,6 +96,75 @@
 //! two names: see [`key`](crate::backend::key#unicode-the-limit-of-the-compatibility-promise).
 //!
 //! [`TIME_TOLERANCE_MS`]: crate::backend::time::TIME_TOLERANCE_MS
+//!
+//! ### The cluster layout
+//!
+//! [`RedisLayout::Cluster`] puts every key of a lock in one hash slot and needs no index:
+//!
+//! | what | Redis key | value | TTL |
+//! |---|---|---|---|
+//! | lock | `<prefix>:{<tag>}`, e.g. `syncguard:{q3Tz0v_J9aA}`, where the tag is the base64url text of the first 8 bytes of `sha256("<prefix>:<key>")` | the reference's JSON, as above | ttl + 1 s |
+//! | fence | `<prefix>:{<tag>}:fence` | `INCR` counter | none, never deleted |
+//!
+//! A lock id of this layout starts with the same 8 bytes (its other 8 are random), so the lock
+//! id alone names the lock's Redis key, on any node: release, extend and lookup by lock id
+//! read one key, without an index, from any process. An acquire writes two keys instead of
+//! three and a release deletes one instead of two (see BENCHMARKS.md for what that saves the
+//! server). Every key is a fixed-length tag, so no key is reserved or hashed for length. Two
+//! keys share a lock only if their hashes agree in 64 bits: they then exclude each other
+//! (never two holders), with a chance of about 3 in 10^8 for a million keys held at once.
+//!
+//! The cluster layout is **not shared with the reference's TypeScript services**: they store
+//! the same key at `<prefix>:<key>`, so a Rust service in the cluster layout and a TypeScript
+//! service do not exclude each other. The reference's layout cannot run on a cluster (its
+//! three keys are in three slots, and its scripts derive keys they do not declare), which is
+//! why the cluster layout exists. Use it on one server when no TypeScript service shares the
+//! locks, or to move to a cluster later with the same keys.
+//!
+//! ## Redis Cluster
+//!
+//! With the `redis-cluster` feature, a `redis-cluster://[user:password@]host:port[,host:port...]`
+//! URL (`rediss-cluster://` with `redis-tls`) connects to a Redis Cluster through redis-rs's
+//! cluster connection, which learns the slot map from any of the nodes listed, keeps one
+//! multiplexed connection per node, and follows `MOVED` and `ASK` redirections itself. The
+//! backend uses the [cluster layout](#the-cluster-layout) (the reference layout is refused),
+//! so every operation is one script call on the node that serves its key:
+//!
+//! ```no_run
+//! # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {
+//! use syncguard::redis::RedisBackend;
+//!
+//! let backend = RedisBackend::connect("redis-cluster://10.0.0.1:6379,10.0.0.2:6379").await?;
+//! let guard = syncguard::acquire(&backend, "job:42", &syncguard::LockOptions::default()).await?;
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! A cluster connection of yours (`redis::cluster_async::ClusterConnection`) goes to
+//! [`RedisBackend::new`] as it is.
+//!
+//! - **Batching.** Calls made at the same moment are batched per lock key (hence per slot):
+//!   on a hot key they share script calls as on one server; on distinct keys each goes in its
+//!   own call to its node, all sent at once. A call never carries keys of two slots.
+//! - **Redirections and retries.** A call redirected (a slot moved, a replica promoted) or cut
+//!   by a dropped connection is sent again by redis-rs, up to 8 times, within the operation
+//!   timeout. An acquire run twice that way is answered "acquired" (the script recognizes its
+//!   own lock id); a release run twice is answered "not held" the second time, so the guard
+//!   reports the lock lost although it was released: early, never late.
+//! - **Scripts.** The function library is loaded on every primary when the backend connects
+//!   and again, on all of them, when a call finds it missing (a new primary that was never a
+//!   replica); functions replicate, so a promoted replica has it. The lookup scripts go by
+//!   EVALSHA and are sent again as EVAL after a `NOSCRIPT`.
+//! - **Failover.** Redis replicates asynchronously: a lock granted by a primary that dies
+//!   before the grant reached its replica is gone after the replica takes over, and another
+//!   client may take it while the first still believes it holds it (until its next extend,
+//!   which then reports the loss), and the fence counter may hand out the lost grant's fence
+//!   a second time. A grant that reached the replica survives with its fence, and fences go on
+//!   increasing from it. Waiting for replicas before answering (`WAIT`) closes that window;
+//!   until then, run a cluster where losing a just-granted lock on failover is acceptable.
+//! - **Waiting.** Releases are published with `PUBLISH`, which a cluster forwards to every
+//!   node; the backend's subscriber listens on the first node of the URL (see
+//!   [waiting](#waiting)). When that node is down, waiters fall back to polling.
 //!
 //! ## Persistence
 //!
