@@ -2,6 +2,9 @@
 //! `redis://` (or `rediss://`) URL redis-rs connects to. Only the structure is checked here;
 //! redis-rs checks each node URL as it does a single server's.
 
+// Without the `redis-cluster` feature only the scheme is read, to name the feature.
+#![cfg_attr(not(feature = "redis-cluster"), allow(dead_code))]
+
 use crate::error::LockError;
 
 /// A cluster URL, taken apart.
