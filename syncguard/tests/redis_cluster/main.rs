@@ -1,0 +1,16 @@
+//! The Redis backend on Redis Cluster, one concern per module; [`support_check`] checks the
+//! clusters the others run on: the shared one `scripts/services.sh` starts and the private
+//! ones of `support/cluster.rs`.
+//!
+//! Needs `SYNCGUARD_TEST_REDIS_CLUSTER_URL` and `SYNCGUARD_TEST_REDIS_CLUSTER_NODES` (the
+//! shared cluster, which these tests may write to), and `SYNCGUARD_REDIS_SERVER_BIN` and
+//! `SYNCGUARD_REDIS_CLI_BIN` (to start private clusters): `bash scripts/test-all.sh` or
+//! `bash scripts/with-services.sh cargo test -p syncguard --all-features --test redis_cluster`
+//! installs Redis if missing and sets them.
+
+#[path = "../support/cluster.rs"]
+mod cluster;
+#[path = "../support/urls.rs"]
+mod urls;
+
+mod support_check;
