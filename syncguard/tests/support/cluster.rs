@@ -20,26 +20,30 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+#[path = "cluster_migration.rs"]
+mod migration;
+#[path = "cluster_node.rs"]
+mod node;
 #[path = "processes.rs"]
 mod processes;
-#[path = "slot_migration.rs"]
-mod slot_migration;
+#[path = "cluster_stability.rs"]
+mod stability;
 #[path = "cluster_view.rs"]
 mod view;
 
-use std::collections::HashMap;
-use std::fmt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ErrorKind, FromRedisValue, RedisResult};
-use tokio::time::{Instant, sleep, timeout};
+use redis::{FromRedisValue, RedisResult};
+use tokio::time::{Instant, timeout};
 
+pub use migration::SlotMigration;
+pub use node::Node;
+use node::{COMMAND_TIMEOUT, NodeConnections};
 use processes::{HOW_TO_RUN, env, free_ports, scratch_dir, signal, signal_quietly};
-pub use slot_migration::SlotMigration;
 use view::ClusterView;
 
 /// How long a node may be unreachable before the others count it as failed and one of its
@@ -47,38 +51,8 @@ use view::ClusterView;
 pub const NODE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long any wait here lasts at most: generous, for a loaded 2-core machine.
 pub const PATIENCE: Duration = Duration::from_secs(60);
-/// How long one command to one node may take.
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 /// The slots of a Redis Cluster.
 pub const SLOTS: u16 = 16384;
-
-/// A node of a [`RedisCluster`], named by its port on 127.0.0.1.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Node {
-    port: u16,
-}
-
-impl Node {
-    pub fn port(self) -> u16 {
-        self.port
-    }
-
-    /// `127.0.0.1:<port>`, as MOVED and ASK redirections name it.
-    pub fn addr(self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    /// `redis://127.0.0.1:<port>`: this node alone.
-    pub fn url(self) -> String {
-        format!("redis://{}", self.addr())
-    }
-}
-
-impl fmt::Display for Node {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "127.0.0.1:{}", self.port)
-    }
-}
 
 /// One redis-server process, and what starts it again.
 struct Process {
@@ -136,7 +110,7 @@ pub struct RedisCluster {
     /// The primaries when it started.
     seeds: Vec<Node>,
     /// The connections [`query`](Self::query) keeps, one per node.
-    connections: Mutex<HashMap<Node, MultiplexedConnection>>,
+    connections: NodeConnections,
 }
 
 impl RedisCluster {
@@ -169,7 +143,7 @@ impl RedisCluster {
             dir,
             processes: Mutex::new(processes),
             seeds: Vec::new(),
-            connections: Mutex::default(),
+            connections: NodeConnections::default(),
         };
         // Spawned once the cluster owns them: if one fails to start, dropping it kills the rest.
         cluster.processes().iter_mut().for_each(Process::spawn);
@@ -276,9 +250,7 @@ impl RedisCluster {
 
     /// A plain connection to one node (no redirections followed).
     pub async fn connect(&self, node: Node) -> MultiplexedConnection {
-        connect(node)
-            .await
-            .unwrap_or_else(|e| panic!("connect to {node}: {e}"))
+        (node.connect().await).unwrap_or_else(|e| panic!("connect to {node}: {e}"))
     }
 
     /// A manual failover (`CLUSTER FAILOVER` on `replica`, which waits until it has all its
@@ -345,7 +317,7 @@ impl RedisCluster {
         child.wait().expect("reap redis-server");
         process.paused = false;
         drop(processes);
-        self.forget_connection(node);
+        self.connections.forget(node);
     }
 
     /// Starts a killed node again on its port, directory and cluster configuration; returns
@@ -390,125 +362,13 @@ impl RedisCluster {
         SlotMigration::begin(self, slot, to).await
     }
 
-    /// Waits until every reachable node serves all slots (`cluster_state:ok`), knows every
-    /// node, doubts none of the reachable ones, agrees with the others on which primary serves
-    /// each slot and whom each reachable node follows, and, as a replica, has its link to its
-    /// primary up.
-    pub async fn wait_until_stable(&self) {
-        self.wait_until("the cluster to be stable", async || self.stability().await)
-            .await;
-    }
-
-    /// Why the cluster is not stable (see [`wait_until_stable`](Self::wait_until_stable)).
-    async fn stability(&self) -> Result<(), String> {
-        let reachable = self.reachable();
-        let ports: Vec<u16> = reachable.iter().map(|node| node.port).collect();
-        let known = self.processes().len();
-        let mut agreed = None;
-        for &node in &reachable {
-            let info: String = self
-                .query(node, redis::cmd("CLUSTER").arg("INFO"))
-                .await
-                .map_err(|e| format!("CLUSTER INFO on {node}: {e}"))?;
-            if !info.contains("cluster_state:ok") || !info.contains("cluster_slots_ok:16384") {
-                return Err(format!("{node} does not serve all slots: {}", info.trim()));
-            }
-            let view = self.view_of(node).await?;
-            if view.entries.len() != known {
-                return Err(format!(
-                    "{node} knows {} nodes of {known}",
-                    view.entries.len()
-                ));
-            }
-            if let Some(doubted) = view
-                .entries
-                .iter()
-                .find(|entry| ports.contains(&entry.port) && entry.is_suspect())
-            {
-                return Err(format!("{node} doubts {}: {doubted:?}", doubted.port));
-            }
-            let layout = view.layout(&ports);
-            match &agreed {
-                None => agreed = Some((node, layout)),
-                Some((first, first_layout)) if *first_layout != layout => {
-                    return Err(format!(
-                        "{node} and {first} disagree: {layout:?} and {first_layout:?}"
-                    ));
-                }
-                Some(_) => {}
-            }
-            if !view.myself().is_primary() {
-                let replication: String = self
-                    .query(node, redis::cmd("INFO").arg("replication"))
-                    .await
-                    .map_err(|e| format!("INFO replication on {node}: {e}"))?;
-                if !replication.contains("master_link_status:up") {
-                    return Err(format!("the replica {node}'s link to its primary is down"));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    async fn wait_until_answering(&self, node: Node) {
-        self.wait_until(&format!("{node} to answer PING"), async || {
-            self.query::<String>(node, &redis::cmd("PING"))
-                .await
-                .map(drop)
-                .map_err(|e| e.to_string())
-        })
-        .await;
-    }
-
-    /// Runs `check` until it passes; panics after [`PATIENCE`] with what it last said.
-    async fn wait_until(&self, what: &str, mut check: impl AsyncFnMut() -> Result<(), String>) {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let error = match check().await {
-                Ok(()) => return,
-                Err(error) => error,
-            };
-            assert!(
-                Instant::now() < deadline,
-                "waited {PATIENCE:?} for {what}; last: {error} (node logs in {})",
-                self.dir.display()
-            );
-            sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// One command to one node, within [`COMMAND_TIMEOUT`], on a connection kept for the
-    /// next (the waits here ask every node several times a second).
+    /// One command to one node, within [`COMMAND_TIMEOUT`].
     pub(crate) async fn query<T: FromRedisValue>(
         &self,
         node: Node,
         command: &redis::Cmd,
     ) -> RedisResult<T> {
-        let kept = self.connections().get(&node).cloned();
-        if let Some(mut connection) = kept {
-            let answer = command.query_async(&mut connection).await;
-            match &answer {
-                // Not sent: the node went away since (or the runtime that drove it ended).
-                Err(error) if error.is_connection_dropped() => {}
-                Err(error) if !matches!(error.kind(), ErrorKind::Server(_)) => {
-                    self.forget_connection(node);
-                    return answer;
-                }
-                _ => return answer,
-            }
-        }
-        self.forget_connection(node);
-        let mut connection = connect(node).await?;
-        self.connections().insert(node, connection.clone());
-        command.query_async(&mut connection).await
-    }
-
-    fn connections(&self) -> MutexGuard<'_, HashMap<Node, MultiplexedConnection>> {
-        (self.connections.lock()).unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn forget_connection(&self, node: Node) {
-        self.connections().remove(&node);
+        self.connections.query(node, command).await
     }
 
     /// The cluster as `node` sees it.
@@ -553,15 +413,6 @@ fn find(processes: &mut [Process], node: Node) -> &mut Process {
         .iter_mut()
         .find(|process| process.node == node)
         .unwrap_or_else(|| panic!("{node} is no node of this cluster"))
-}
-
-async fn connect(node: Node) -> RedisResult<MultiplexedConnection> {
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(COMMAND_TIMEOUT))
-        .set_response_timeout(Some(COMMAND_TIMEOUT));
-    redis::Client::open(node.url())?
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
 }
 
 impl Drop for RedisCluster {
