@@ -221,8 +221,8 @@ start_redis_cluster() {
   local version
   version=$(redis-server --version | sed -n 's/.* v=\([0-9]*\)\..*/\1/p')
   if [ "${version:-0}" -lt 7 ]; then
-    echo "error: the Redis Cluster tests need redis-server 7 or later (--cluster-port, CLUSTER" \
-      "SHARDS); $(command -v redis-server) is $(redis-server --version | awk '{print $3}')" >&2
+    echo "error: the Redis Cluster tests need redis-server 7 or later (for --cluster-port);" \
+      "$(command -v redis-server) is $(redis-server --version | awk '{print $3}')" >&2
     return 1
   fi
   local dir="$RUN_DIR/redis-cluster" started ports=() buses=() addrs=() port i
