@@ -43,6 +43,28 @@ impl LockId {
         Self(base64url(&bytes))
     }
 
+    /// A lock id whose first 8 bytes are `head` and whose last 8 come from the CSPRNG: a
+    /// backend whose storage is found from the lock id (the Redis cluster layout) puts there
+    /// what finds it.
+    pub(crate) fn with_head(head: [u8; 8]) -> Self {
+        let mut bytes = [0_u8; 16];
+        bytes[..8].copy_from_slice(&head);
+        bytes[8..].copy_from_slice(&rand::rng().next_u64().to_le_bytes());
+        Self(base64url(&bytes))
+    }
+
+    /// The first 8 bytes of the id (what [`with_head`](Self::with_head) put there).
+    pub(crate) fn head(&self) -> [u8; 8] {
+        // 12 characters are exactly 9 bytes: no padding or trailing bits to reject.
+        let mut nine = [0_u8; 9];
+        URL_SAFE_NO_PAD
+            .decode_slice(&self.0[..12], &mut nine)
+            .expect("12 base64url characters are 9 bytes");
+        let mut head = [0_u8; 8];
+        head.copy_from_slice(&nine[..8]);
+        head
+    }
+
     /// Parses a lock id received from elsewhere (another service, a request).
     ///
     /// # Errors
@@ -117,6 +139,22 @@ mod tests {
         for id in &ids {
             assert!(LockId::parse(id.as_str()).is_ok(), "{id}");
         }
+    }
+
+    #[test]
+    fn a_head_is_kept_and_the_rest_is_random() {
+        let head = *b"\x00\xffhead!\x7f";
+        let (a, b) = (LockId::with_head(head), LockId::with_head(head));
+        assert_ne!(a, b);
+        for id in [&a, &b] {
+            assert_eq!(id.head(), head);
+            assert!(LockId::parse(id.as_str()).is_ok());
+        }
+        let generated = LockId::generate();
+        assert_eq!(
+            LockId::parse(generated.as_str()).unwrap().head(),
+            generated.head()
+        );
     }
 
     #[test]

@@ -26,6 +26,11 @@ impl UrlBackend {
                 "redis+unix",
                 "valkey+unix",
                 "unix",
+                // A Redis Cluster's nodes (syncguard's own forms; the redis-cluster feature).
+                "redis-cluster",
+                "rediss-cluster",
+                "valkey-cluster",
+                "valkeys-cluster",
             ],
         }
     }

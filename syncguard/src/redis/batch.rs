@@ -1,5 +1,6 @@
 //! Batching: the acquire, release and extend calls that are waiting at the same moment run in
-//! one EVALSHA of the batch script, in the order they were made.
+//! one call of the batch script, in the order they were made (on a cluster, one call per lock
+//! key: the keys of a call must be in one hash slot).
 //!
 //! A task per backend (spawned on first use, again if its runtime went away) takes the queued
 //! calls, builds one command and answers each caller from its slot in the reply. Up to
@@ -22,7 +23,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
 pub(crate) use super::batch_call::{Header, NewExpiry, Op, Reply};
-use super::batch_call::{send, send_within};
+use super::batch_call::{send, send_within, split_into_calls};
 use super::connection::Conn;
 use super::orphans::{Orphan, Orphans};
 use super::within;
@@ -259,13 +260,19 @@ async fn drive(
                 Err(_) => break,
             }
         }
-        let conn = conn.clone();
-        let header = Arc::clone(&header);
-        let orphans = Arc::clone(&orphans);
-        tokio::spawn(async move {
-            execute(&conn, &header, &orphans, operation_timeout, calls).await;
-            drop(slot);
-        });
+        // One script call on one server; on a cluster, one per lock key, all on the wire at
+        // once under the batch's slot.
+        let slot = Arc::new(slot);
+        for calls in split_into_calls(&header, calls, |call| &call.op) {
+            let conn = conn.clone();
+            let header = Arc::clone(&header);
+            let orphans = Arc::clone(&orphans);
+            let slot = Arc::clone(&slot);
+            tokio::spawn(async move {
+                execute(&conn, &header, &orphans, operation_timeout, calls).await;
+                drop(slot);
+            });
+        }
     }
 }
 

@@ -1,13 +1,15 @@
 //! One call of the batch script: the operations it takes, how they are encoded, and how its
 //! reply is split among them. Batches, lone callers and the orphan releases all send it.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
-use ::redis::Value;
+use ::redis::{Cmd, Value};
 
 use super::batch_function::BatchFunction;
 use super::connection::{Conn, ConnError};
 use super::error::{error_from_reply, unexpected_reply};
+use super::keys::Located;
 use super::timed_out;
 use crate::backend::time::TIME_TOLERANCE_MS;
 use crate::error::LockError;
@@ -19,26 +21,27 @@ pub(crate) enum Op {
     /// With a `holder` (`acquire_as`): re-entrant by that holder, and the holder stored.
     Acquire {
         lock_key: String,
-        index_key: String,
+        /// `None` in the cluster layout.
+        index_key: Option<String>,
         fence_key: String,
         lock_id: LockId,
         ttl_ms: u64,
         key: String,
         holder: Option<String>,
     },
-    /// `lock_key` when the caller knows it (it took the lock): the index is not read.
     Release {
-        lock_key: Option<String>,
-        index_key: String,
+        at: Located,
         lock_id: LockId,
     },
     /// The release of the lock an acquire as a holder took for a caller that never learnt it:
     /// only while it is unclaimed (no re-entry or extend used its lock id since).
-    ReleaseUnclaimed { index_key: String, lock_id: LockId },
+    ReleaseUnclaimed {
+        at: Located,
+        lock_id: LockId,
+    },
     /// `extend`, `extend_by` and `expire_at`, as `expiry` says.
     Extend {
-        lock_key: Option<String>,
-        index_key: String,
+        at: Located,
         lock_id: LockId,
         expiry: NewExpiry,
     },
@@ -56,17 +59,27 @@ pub(crate) enum NewExpiry {
 }
 
 impl Op {
-    pub(super) fn keys(&self) -> usize {
+    /// The lock key the operation is sent for, when it names one: every key of an operation
+    /// in the cluster layout is in this key's hash slot.
+    pub(super) fn lock_key(&self) -> Option<&str> {
         match self {
-            Op::Acquire { .. } => 3,
-            Op::Release { lock_key, .. } | Op::Extend { lock_key, .. } => {
-                1 + usize::from(lock_key.is_some())
+            Op::Acquire { lock_key, .. } => Some(lock_key),
+            Op::Release { at, .. } | Op::ReleaseUnclaimed { at, .. } | Op::Extend { at, .. } => {
+                at.lock_key.as_deref()
             }
-            Op::ReleaseUnclaimed { .. } => 1,
         }
     }
 
-    pub(super) fn args(&self) -> usize {
+    fn keys(&self) -> usize {
+        match self {
+            Op::Acquire { index_key, .. } => 2 + usize::from(index_key.is_some()),
+            Op::Release { at, .. } | Op::ReleaseUnclaimed { at, .. } | Op::Extend { at, .. } => {
+                usize::from(at.lock_key.is_some()) + usize::from(at.index_key.is_some())
+            }
+        }
+    }
+
+    fn args(&self) -> usize {
         match self {
             Op::Acquire { holder, .. } => 5 + usize::from(holder.is_some()),
             Op::Release { .. } | Op::ReleaseUnclaimed { .. } => 2,
@@ -77,7 +90,11 @@ impl Op {
         }
     }
 
-    pub(super) fn bytes(&self) -> usize {
+    fn bytes(&self) -> usize {
+        let located = |at: &Located| {
+            at.lock_key.as_ref().map_or(0, String::len)
+                + at.index_key.as_ref().map_or(0, String::len)
+        };
         match self {
             Op::Acquire {
                 lock_key,
@@ -88,23 +105,97 @@ impl Op {
                 ..
             } => {
                 lock_key.len()
-                    + index_key.len()
+                    + index_key.as_ref().map_or(0, String::len)
                     + fence_key.len()
                     + key.len()
                     + holder.as_ref().map_or(0, String::len)
                     + 64
             }
-            Op::Release {
+            Op::Release { at, .. } | Op::ReleaseUnclaimed { at, .. } => located(at) + 24,
+            Op::Extend { at, .. } => located(at) + 64,
+        }
+    }
+
+    /// Its keys, in the order the script reads them.
+    fn push_keys(&self, cmd: &mut Cmd) {
+        match self {
+            Op::Acquire {
                 lock_key,
                 index_key,
+                fence_key,
                 ..
-            } => lock_key.as_ref().map_or(0, String::len) + index_key.len() + 24,
-            Op::ReleaseUnclaimed { index_key, .. } => index_key.len() + 24,
+            } => {
+                cmd.arg(lock_key.as_str());
+                if let Some(index_key) = index_key {
+                    cmd.arg(index_key.as_str());
+                }
+                cmd.arg(fence_key.as_str());
+            }
+            Op::Release { at, .. } | Op::ReleaseUnclaimed { at, .. } | Op::Extend { at, .. } => {
+                if let Some(lock_key) = &at.lock_key {
+                    cmd.arg(lock_key.as_str());
+                }
+                if let Some(index_key) = &at.index_key {
+                    cmd.arg(index_key.as_str());
+                }
+            }
+        }
+    }
+
+    /// Its letter and arguments. The letter of an operation on an existing lock is lower
+    /// case when it names the lock key, upper case when the script finds it through the index.
+    fn push_args(&self, cmd: &mut Cmd) {
+        let letter = |at: &Located, known: &'static str, through_index: &'static str| {
+            if at.lock_key.is_some() {
+                known
+            } else {
+                through_index
+            }
+        };
+        match self {
+            Op::Acquire {
+                lock_id,
+                ttl_ms,
+                key,
+                holder,
+                ..
+            } => {
+                cmd.arg(if holder.is_some() { "H" } else { "A" })
+                    .arg(lock_id.as_str())
+                    .arg(*ttl_ms)
+                    .arg(ttl_ms + TIME_TOLERANCE_MS)
+                    .arg(key.as_str());
+                if let Some(holder) = holder {
+                    cmd.arg(holder.as_str());
+                }
+            }
+            Op::Release { at, lock_id } => {
+                cmd.arg(letter(at, "r", "R")).arg(lock_id.as_str());
+            }
+            Op::ReleaseUnclaimed { at, lock_id } => {
+                cmd.arg(letter(at, "o", "O")).arg(lock_id.as_str());
+            }
             Op::Extend {
-                lock_key,
-                index_key,
-                ..
-            } => lock_key.as_ref().map_or(0, String::len) + index_key.len() + 64,
+                at,
+                lock_id,
+                expiry,
+            } => {
+                match *expiry {
+                    NewExpiry::FromNow(ttl_ms) => cmd
+                        .arg(letter(at, "e", "E"))
+                        .arg(lock_id.as_str())
+                        .arg(ttl_ms)
+                        .arg(ttl_ms + TIME_TOLERANCE_MS),
+                    NewExpiry::Added(by_ms) => cmd
+                        .arg(letter(at, "b", "B"))
+                        .arg(lock_id.as_str())
+                        .arg(by_ms),
+                    NewExpiry::At(at_ms) => cmd
+                        .arg(letter(at, "t", "T"))
+                        .arg(lock_id.as_str())
+                        .arg(at_ms),
+                };
+            }
         }
     }
 }
@@ -112,7 +203,10 @@ impl Op {
 /// What every batch call of one backend passes before its operations, and how the call reaches
 /// the server (as a function or a script).
 pub(crate) struct Header {
-    /// `<prefix>:id:`, the start of every index key.
+    /// Whether each call carries the operations of one lock key only (on a cluster, where
+    /// the keys of a call must be in one hash slot), or any operations (one server).
+    pub(crate) per_key_calls: bool,
+    /// `<prefix>:id:`, the start of every index key; empty in the cluster layout.
     pub(crate) index_prefix: Box<str>,
     /// Where releases are published (`<prefix>:released`); empty when they are not.
     pub(crate) release_channel: Box<str>,
@@ -152,6 +246,37 @@ impl Failure {
     }
 }
 
+/// `items` (each carrying an operation) split into the calls that carry them: all in one call
+/// on one server; on a cluster, one call per lock key, so that the keys of a call are in one
+/// hash slot. The operations of one key keep their order.
+pub(super) fn split_into_calls<T>(
+    header: &Header,
+    items: Vec<T>,
+    op: impl Fn(&T) -> &Op,
+) -> Vec<Vec<T>> {
+    if !header.per_key_calls || items.len() <= 1 {
+        return vec![items];
+    }
+    let mut group_of: HashMap<String, usize> = HashMap::new();
+    let mut groups: Vec<Vec<T>> = Vec::new();
+    for item in items {
+        // An operation without a lock key (the reference layout's, never on a cluster) goes
+        // alone.
+        let group = match op(&item).lock_key() {
+            Some(lock_key) => *group_of.entry(lock_key.to_owned()).or_insert_with(|| {
+                groups.push(Vec::new());
+                groups.len() - 1
+            }),
+            None => {
+                groups.push(Vec::new());
+                groups.len() - 1
+            }
+        };
+        groups[group].push(item);
+    }
+    groups
+}
+
 /// [`send`], given up after `timeout` (the operation timeout): the backend's own bound, so
 /// that a connection of the user's without a response timeout (a `ConnectionManager`, or a
 /// pool's connections, gone half-open) cannot hold a batch slot or the orphan releases for as
@@ -180,91 +305,13 @@ pub(super) async fn send(
         + header.release_channel.len();
     let mut cmd = header.function.command(keys, args, bytes);
     for op in ops {
-        match op {
-            Op::Acquire {
-                lock_key,
-                index_key,
-                fence_key,
-                ..
-            } => {
-                cmd.arg(lock_key.as_str())
-                    .arg(index_key.as_str())
-                    .arg(fence_key.as_str());
-            }
-            Op::Release {
-                lock_key,
-                index_key,
-                ..
-            }
-            | Op::Extend {
-                lock_key,
-                index_key,
-                ..
-            } => {
-                if let Some(lock_key) = lock_key {
-                    cmd.arg(lock_key.as_str());
-                }
-                cmd.arg(index_key.as_str());
-            }
-            Op::ReleaseUnclaimed { index_key, .. } => {
-                cmd.arg(index_key.as_str());
-            }
-        }
+        op.push_keys(&mut cmd);
     }
     cmd.arg(TIME_TOLERANCE_MS)
         .arg(&*header.index_prefix)
         .arg(&*header.release_channel);
     for op in ops {
-        match op {
-            Op::Acquire {
-                lock_id,
-                ttl_ms,
-                key,
-                holder,
-                ..
-            } => {
-                cmd.arg(if holder.is_some() { "H" } else { "A" })
-                    .arg(lock_id.as_str())
-                    .arg(*ttl_ms)
-                    .arg(ttl_ms + TIME_TOLERANCE_MS)
-                    .arg(key.as_str());
-                if let Some(holder) = holder {
-                    cmd.arg(holder.as_str());
-                }
-            }
-            Op::Release {
-                lock_key, lock_id, ..
-            } => {
-                cmd.arg(if lock_key.is_some() { "r" } else { "R" })
-                    .arg(lock_id.as_str());
-            }
-            Op::ReleaseUnclaimed { lock_id, .. } => {
-                cmd.arg("O").arg(lock_id.as_str());
-            }
-            Op::Extend {
-                lock_key,
-                lock_id,
-                expiry,
-                ..
-            } => {
-                let known = lock_key.is_some();
-                match *expiry {
-                    NewExpiry::FromNow(ttl_ms) => cmd
-                        .arg(if known { "e" } else { "E" })
-                        .arg(lock_id.as_str())
-                        .arg(ttl_ms)
-                        .arg(ttl_ms + TIME_TOLERANCE_MS),
-                    NewExpiry::Added(by_ms) => cmd
-                        .arg(if known { "b" } else { "B" })
-                        .arg(lock_id.as_str())
-                        .arg(by_ms),
-                    NewExpiry::At(at_ms) => cmd
-                        .arg(if known { "t" } else { "T" })
-                        .arg(lock_id.as_str())
-                        .arg(at_ms),
-                };
-            }
-        }
+        op.push_args(&mut cmd);
     }
     let reply = conn
         .batch(&header.function, &cmd)

@@ -58,6 +58,7 @@ pub const MAX_PREFIX_BYTES: usize = 128;
 /// | [`operation_timeout`](Self::with_operation_timeout) | 1 s |
 /// | [`connection_mode`](Self::with_connection_mode) | [`ConnectionMode::Multiplexed`] (only for `connect_with`) |
 /// | [`reconnect_retries`](Self::with_reconnect_retries) | 2 (only for `connect_with`) |
+/// | [`layout`](Self::with_layout) | [`RedisLayout::Reference`] on one server, [`RedisLayout::Cluster`] on a cluster |
 /// | `tls_root_certs` (feature `redis-tls`) | none: the Mozilla root certificates (only for `connect_with`) |
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisConfig {
@@ -69,6 +70,8 @@ pub struct RedisConfig {
     // Only for the connections `connect_with` opens: `None` unless set, so that `new` can tell.
     connection_mode: Option<ConnectionMode>,
     reconnect_retries: Option<usize>,
+    // `None` unless set: the connection decides (the cluster layout on a cluster).
+    layout: Option<RedisLayout>,
     #[cfg(feature = "redis-tls")]
     tls_root_certs: Option<TlsRoots>,
 }
@@ -110,6 +113,7 @@ impl RedisConfig {
             operation_timeout: Duration::from_secs(1),
             connection_mode: None,
             reconnect_retries: None,
+            layout: None,
             #[cfg(feature = "redis-tls")]
             tls_root_certs: None,
         }
@@ -230,6 +234,25 @@ impl RedisConfig {
         self
     }
 
+    /// Where the backend stores its keys (see [storage layout](super#storage-layout-and-compatibility)).
+    /// Unset, the connection decides: [`RedisLayout::Reference`] on one server (shared with
+    /// TypeScript SyncGuard services), [`RedisLayout::Cluster`] on a cluster (`redis-cluster://`
+    /// URLs, feature `redis-cluster`), where it is the only layout that works. Set
+    /// [`RedisLayout::Cluster`] on one server for its speed when no TypeScript service shares
+    /// the locks, or to move to a cluster later with the same keys.
+    ///
+    /// ```
+    /// use syncguard::redis::{RedisConfig, RedisLayout};
+    /// let config = RedisConfig::new().with_layout(RedisLayout::Cluster);
+    /// assert_eq!(config.layout(), Some(RedisLayout::Cluster));
+    /// assert_eq!(RedisConfig::new().layout(), None);
+    /// ```
+    #[must_use]
+    pub const fn with_layout(mut self, layout: RedisLayout) -> Self {
+        self.layout = Some(layout);
+        self
+    }
+
     /// Trusts only the CA certificates in `pem` (one or more, PEM-encoded) for a `rediss://`
     /// URL, instead of the Mozilla root certificates: for a server whose certificate comes
     /// from a private CA. The host name is still verified. Feature `redis-tls`. Only for
@@ -295,6 +318,12 @@ impl RedisConfig {
             Some(retries) => retries,
             None => DEFAULT_RECONNECT_RETRIES,
         }
+    }
+
+    /// The layout set with [`with_layout`](Self::with_layout); `None` when the connection
+    /// decides.
+    pub const fn layout(&self) -> Option<RedisLayout> {
+        self.layout
     }
 
     /// The trusted CA certificates set with
@@ -381,6 +410,30 @@ pub enum ConnectionMode {
         /// The most connections the pool opens.
         max_size: usize,
     },
+}
+
+/// Where a [`RedisBackend`](super::RedisBackend) stores its keys
+/// ([`RedisConfig::with_layout`]; see
+/// [storage layout](super#storage-layout-and-compatibility)).
+///
+/// ```
+/// use syncguard::redis::RedisLayout;
+/// assert_ne!(RedisLayout::Reference, RedisLayout::Cluster);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RedisLayout {
+    /// The SyncGuard reference design's keys: `<prefix>:<key>`, a lock-id index
+    /// `<prefix>:id:<lockId>` and a fence counter `<prefix>:fence:<prefix>:<key>`. Rust and
+    /// TypeScript services share locks with it. The default on one server; a cluster refuses
+    /// its scripts (the three keys are in different slots).
+    Reference,
+    /// Every key of a lock in one hash slot, found from the lock's key or its lock id:
+    /// `<prefix>:{<tag>}` and its fence counter `<prefix>:{<tag>}:fence`, no index. Required on
+    /// a cluster; on one server an acquire writes two keys instead of three and a release
+    /// deletes one instead of two. Not shared with TypeScript services, which use the
+    /// reference layout.
+    Cluster,
 }
 
 /// The timeouts of the release subscriber's connection.

@@ -3,6 +3,7 @@
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+use super::cluster_url::is_cluster_url;
 use super::connection::Conn;
 #[cfg(feature = "redis-tls")]
 use super::connection::install_crypto_provider;
@@ -125,6 +126,11 @@ impl RedisBackend {
     /// ```
     pub async fn connect_with(url: &str, config: RedisConfig) -> Result<Self, LockError> {
         config.validate()?;
+        if is_cluster_url(url) {
+            // Boxed: redis-rs's cluster connect future is deep enough that callers' futures
+            // holding it inline overflow the compiler's query depth limit.
+            return Box::pin(connect_cluster(url, config)).await;
+        }
         let client = client(url, &config)?;
         let db = client.get_connection_info().redis_settings().db();
         let opened = async {
@@ -134,13 +140,107 @@ impl RedisBackend {
             backend.load_scripts().await?;
             Ok(backend)
         };
-        let within = config.connect_timeout() + config.operation_timeout();
-        match tokio::time::timeout(within, opened).await {
-            Ok(opened) => opened.map_err(|error| naming_database(error, db)),
-            Err(_elapsed) => Err(LockError::network_timeout(format!(
+        within_connect_bound(&config, opened)
+            .await
+            .map_err(|error| naming_database(error, db))
+    }
+}
+
+/// `opened`, failed with `NetworkTimeout` unless done within the connect timeout plus the
+/// operation timeout (what `connect_with` promises).
+async fn within_connect_bound(
+    config: &RedisConfig,
+    opened: impl Future<Output = Result<RedisBackend, LockError>>,
+) -> Result<RedisBackend, LockError> {
+    let within = config.connect_timeout() + config.operation_timeout();
+    tokio::time::timeout(within, opened)
+        .await
+        .unwrap_or_else(|_elapsed| {
+            Err(LockError::network_timeout(format!(
                 "could not connect to Redis and load the scripts within the connect timeout \
                  plus the operation timeout ({within:?})"
-            ))),
-        }
+            )))
+        })
+}
+
+/// How many times the cluster connection sends a call again (after a redirection the slot map
+/// did not foresee, a reconnect, `TRYAGAIN` or `CLUSTERDOWN`), and the shortest and longest
+/// pause between sends, in milliseconds: retries stay well within the operation timeout, which
+/// bounds them anyway.
+#[cfg(feature = "redis-cluster")]
+const CLUSTER_RETRIES: (u32, u64, u64) = (8, 10, 200);
+
+/// `connect_with` for a `redis-cluster://` URL.
+#[cfg(feature = "redis-cluster")]
+async fn connect_cluster(url: &str, config: RedisConfig) -> Result<RedisBackend, LockError> {
+    use super::RedisLayout;
+    use super::cluster_url::parse_cluster_url;
+
+    let parsed = parse_cluster_url(url)?;
+    if matches!(config.connection_mode(), ConnectionMode::Pool { .. }) {
+        return Err(LockError::invalid_argument(
+            "RedisConfig::with_connection_mode: a Redis Cluster is reached through one \
+             multiplexed connection per node; leave the connection mode out for a \
+             redis-cluster:// URL",
+        ));
     }
+    let (retries, min_wait, max_wait) = CLUSTER_RETRIES;
+    let builder =
+        ::redis::cluster::ClusterClientBuilder::new(parsed.nodes.iter().map(String::as_str))
+            .connection_timeout(config.connect_timeout())
+            .response_timeout(config.operation_timeout())
+            .retries(retries)
+            .min_retry_wait(min_wait)
+            .max_retry_wait(max_wait);
+    #[cfg(feature = "redis-tls")]
+    let builder = match config.tls_root_certs() {
+        Some(pem) => builder.certs(::redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem.to_vec()),
+        }),
+        None => builder,
+    };
+    #[cfg(not(feature = "redis-tls"))]
+    if parsed.tls {
+        return Err(LockError::invalid_argument(
+            "a rediss-cluster:// URL needs syncguard's redis-tls feature",
+        ));
+    }
+    let client = builder.build().map_err(|error| {
+        LockError::invalid_argument(
+            "invalid Redis Cluster URL or settings; expected \
+             redis-cluster://[user:password@]host:port[,host:port...]",
+        )
+        .with_source(driver_error(error))
+    })?;
+    // The release subscriber listens on the first seed node: a PUBLISH reaches every node of
+    // a cluster.
+    let subscriber = ::redis::Client::open(parsed.nodes[0].as_str()).map_err(|error| {
+        LockError::invalid_argument("invalid Redis Cluster node address")
+            .with_source(driver_error(error))
+    })?;
+    let config = match config.layout() {
+        None => config.with_layout(RedisLayout::Cluster),
+        Some(_) => config,
+    };
+    #[cfg(feature = "redis-tls")]
+    install_crypto_provider();
+    let opened = async {
+        let cluster = client
+            .get_async_connection()
+            .await
+            .map_err(map_redis_error)?;
+        let backend = RedisBackend::with_conn(Conn::Cluster(cluster), &config, Some(subscriber))?;
+        backend.load_scripts().await?;
+        Ok(backend)
+    };
+    within_connect_bound(&config, opened).await
+}
+
+/// Without the `redis-cluster` feature, a cluster URL says which feature it needs.
+#[cfg(not(feature = "redis-cluster"))]
+async fn connect_cluster(_url: &str, _config: RedisConfig) -> Result<RedisBackend, LockError> {
+    Err(LockError::invalid_argument(
+        "redis-cluster:// URLs need syncguard's redis-cluster feature",
+    ))
 }

@@ -1,6 +1,6 @@
-//! The connection a backend runs its scripts on: one multiplexed `ConnectionManager`, or a
-//! deadpool-redis pool; script calls by EVALSHA, with the EVAL fallback after a NOSCRIPT, and
-//! the batch by `batch_function`.
+//! The connection a backend runs its scripts on: one multiplexed `ConnectionManager`, a
+//! deadpool-redis pool, or a cluster connection (feature `redis-cluster`); script calls by
+//! EVALSHA, with the EVAL fallback after a NOSCRIPT, and the batch by `batch_function`.
 
 use ::redis::aio::{ConnectionLike, ConnectionManager};
 use ::redis::{Cmd, Value};
@@ -15,12 +15,27 @@ use crate::error::LockError;
 pub(super) enum Conn {
     Manager(ConnectionManager),
     Pool(deadpool_redis::Pool),
+    /// Routes each call by its first key, and follows `MOVED` and `ASK` itself.
+    #[cfg(feature = "redis-cluster")]
+    Cluster(::redis::cluster_async::ClusterConnection),
+}
+
+impl Conn {
+    /// Whether this is a cluster connection: every call's keys must then be in one slot.
+    pub(super) fn is_cluster(&self) -> bool {
+        #[cfg(feature = "redis-cluster")]
+        if matches!(self, Conn::Cluster(_)) {
+            return true;
+        }
+        false
+    }
 }
 
 /// A connection of yours for [`RedisBackend::new`](super::RedisBackend::new): a redis-rs
-/// [`ConnectionManager`] (multiplexed, auto-reconnecting) or a deadpool-redis pool, each
-/// turned into one by `From` (so `new` takes either as it is), and optionally the
-/// [`redis::Client`](::redis::Client) the release subscriber connects with.
+/// [`ConnectionManager`] (multiplexed, auto-reconnecting), a deadpool-redis pool, or (feature
+/// `redis-cluster`) a redis-rs cluster connection, each turned into one by `From` (so `new`
+/// takes any as it is), and optionally the [`redis::Client`](::redis::Client) the release
+/// subscriber connects with.
 ///
 /// Neither a manager nor a pool tells where it connects, so without
 /// [`with_release_client`](Self::with_release_client) the backend cannot subscribe to
@@ -73,12 +88,25 @@ impl From<deadpool_redis::Pool> for RedisConnection {
     }
 }
 
+/// A cluster connection: the backend uses the [cluster layout](super::RedisLayout::Cluster).
+#[cfg(feature = "redis-cluster")]
+impl From<::redis::cluster_async::ClusterConnection> for RedisConnection {
+    fn from(cluster: ::redis::cluster_async::ClusterConnection) -> Self {
+        Self {
+            conn: Conn::Cluster(cluster),
+            release_client: None,
+        }
+    }
+}
+
 impl std::fmt::Debug for RedisConnection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Addresses and credentials are left out.
         let kind = match &self.conn {
             Conn::Manager(_) => "ConnectionManager",
             Conn::Pool(_) => "deadpool_redis::Pool",
+            #[cfg(feature = "redis-cluster")]
+            Conn::Cluster(_) => "ClusterConnection",
         };
         f.debug_struct("RedisConnection")
             .field("conn", &kind)
@@ -140,6 +168,8 @@ impl Conn {
                 let mut pooled = pool.get().await.map_err(ConnError::Pool)?;
                 run_on(&mut pooled, runs, cmd).await
             }
+            #[cfg(feature = "redis-cluster")]
+            Conn::Cluster(cluster) => run_on(&mut cluster.clone(), runs, cmd).await,
         }
         .map_err(ConnError::Redis)
     }
@@ -156,8 +186,42 @@ async fn run_on<C: ConnectionLike>(
     }
 }
 
-/// Loads every script, and the batch library unless the server or user cannot have it.
-pub(super) async fn load_all<C: ConnectionLike>(
+impl Conn {
+    /// Loads every script, and the batch library unless the server or user cannot have it.
+    /// On a cluster, on every primary (`FUNCTION LOAD` goes to all of them by itself): the
+    /// calls run there, and a replica promoted later has the library (functions replicate)
+    /// or has its scripts sent again by the NOSCRIPT fallback.
+    pub(super) async fn load_all(&self, function: &BatchFunction) -> Result<(), LockError> {
+        match self {
+            Conn::Manager(manager) => load_on(&mut manager.clone(), function).await,
+            Conn::Pool(pool) => {
+                load_on(&mut pool.get().await.map_err(map_pool_error)?, function).await
+            }
+            #[cfg(feature = "redis-cluster")]
+            Conn::Cluster(cluster) => {
+                use ::redis::cluster_routing::{
+                    MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo,
+                };
+                let mut cluster = cluster.clone();
+                for lua in scripts::all() {
+                    let mut load = ::redis::cmd("SCRIPT");
+                    load.arg("LOAD").arg(lua.code);
+                    let primaries = RoutingInfo::MultiNode((
+                        MultipleNodeRoutingInfo::AllMasters,
+                        Some(ResponsePolicy::AllSucceeded),
+                    ));
+                    cluster
+                        .route_command(load, primaries)
+                        .await
+                        .map_err(map_redis_error)?;
+                }
+                function.load(&mut cluster).await.map_err(map_redis_error)
+            }
+        }
+    }
+}
+
+async fn load_on<C: ConnectionLike>(
     conn: &mut C,
     function: &BatchFunction,
 ) -> Result<(), LockError> {

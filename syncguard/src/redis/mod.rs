@@ -223,6 +223,7 @@
 mod batch;
 mod batch_call;
 mod batch_function;
+mod cluster_url;
 mod config;
 mod connect;
 mod connection;
@@ -242,15 +243,16 @@ use crate::backend::key::normalize_key;
 use crate::error::LockError;
 use crate::lock_id::LockId;
 
-pub use config::{ConnectionMode, DEFAULT_PREFIX, MAX_PREFIX_BYTES, RedisConfig, validate_prefix};
+pub use config::{
+    ConnectionMode, DEFAULT_PREFIX, MAX_PREFIX_BYTES, RedisConfig, RedisLayout, validate_prefix,
+};
+use connection::Conn;
 pub use connection::RedisConnection;
 #[cfg(feature = "redis-tls")]
 use connection::install_crypto_provider;
-use connection::{Conn, load_all};
 /// The deadpool-redis crate this backend is built with, so that your pool is of the same
 /// version.
 pub use deadpool_redis;
-use error::map_pool_error;
 use keys::Layout;
 /// The redis-rs crate this backend is built with, so that your `ConnectionManager` and
 /// `Client` are of the same version.
@@ -354,8 +356,21 @@ impl RedisBackend {
         client: Option<::redis::Client>,
     ) -> Result<Self, LockError> {
         config.validate()?;
-        let layout = Layout::new(config.prefix());
+        let kind = match (config.layout(), conn.is_cluster()) {
+            (Some(RedisLayout::Reference), true) => {
+                return Err(LockError::invalid_argument(
+                    "RedisConfig::with_layout: the reference layout cannot run on a Redis \
+                     Cluster (the keys of one lock are in different hash slots); use \
+                     RedisLayout::Cluster, or leave the layout out",
+                ));
+            }
+            (Some(kind), _) => kind,
+            (None, true) => RedisLayout::Cluster,
+            (None, false) => RedisLayout::Reference,
+        };
+        let layout = Layout::new(config.prefix(), kind);
         let header = batch::Header {
+            per_key_calls: conn.is_cluster(),
             index_prefix: layout.index_prefix().into(),
             release_channel: if config.release_notifications() {
                 layout.release_channel().into()
@@ -438,6 +453,9 @@ impl RedisBackend {
     pub fn connection_mode(&self) -> ConnectionMode {
         match &self.inner.conn {
             Conn::Manager(_) => ConnectionMode::Multiplexed,
+            // Multiplexed per node.
+            #[cfg(feature = "redis-cluster")]
+            Conn::Cluster(_) => ConnectionMode::Multiplexed,
             Conn::Pool(pool) => ConnectionMode::Pool {
                 max_size: pool.status().max_size,
             },
@@ -478,7 +496,8 @@ impl RedisBackend {
     /// The Redis key of the reverse index of `lock_id`.
     ///
     /// # Errors
-    /// Never with a validated prefix; kept fallible like the key functions it calls.
+    /// `InvalidArgument` in the [cluster layout](RedisLayout::Cluster), which has no index (the
+    /// lock id finds its lock key: see [`lock_key_of`](Self::lock_key_of)).
     ///
     /// ```no_run
     /// # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {
@@ -488,7 +507,48 @@ impl RedisBackend {
     /// # Ok(()) }
     /// ```
     pub fn index_key(&self, lock_id: &LockId) -> Result<String, LockError> {
-        self.inner.layout.index_key(lock_id)
+        self.inner.layout.index_key(lock_id)?.ok_or_else(|| {
+            LockError::invalid_argument(
+                "the Redis cluster layout has no lock-id index: a lock id finds its lock key \
+                 itself (RedisBackend::lock_key_of)",
+            )
+        })
+    }
+
+    /// The Redis key the lock of `lock_id` is stored under, when the lock id alone says it:
+    /// in the [cluster layout](RedisLayout::Cluster), where a lock id starts with its key's
+    /// tag; `None` in the reference layout, where the index says it.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {
+    /// use syncguard::redis::{RedisBackend, RedisConfig, RedisLayout};
+    /// use syncguard::LockOptions;
+    ///
+    /// let config = RedisConfig::new().with_layout(RedisLayout::Cluster);
+    /// let backend = RedisBackend::connect_with("redis://127.0.0.1:6379", config).await?;
+    /// let guard = syncguard::acquire(&backend, "job:42", &LockOptions::default()).await?;
+    /// assert_eq!(backend.lock_key_of(guard.lock_id()), Some(backend.lock_key("job:42")?));
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_key_of(&self, lock_id: &LockId) -> Option<String> {
+        let layout = &self.inner.layout;
+        match layout.kind() {
+            RedisLayout::Reference => None,
+            RedisLayout::Cluster => layout.locate(lock_id, None).ok()?.lock_key,
+        }
+    }
+
+    /// Where this backend stores its keys (see [`RedisConfig::with_layout`]).
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {
+    /// use syncguard::redis::{RedisBackend, RedisLayout};
+    /// let backend = RedisBackend::connect("redis://127.0.0.1:6379").await?;
+    /// assert_eq!(backend.layout(), RedisLayout::Reference);
+    /// # Ok(()) }
+    /// ```
+    pub fn layout(&self) -> RedisLayout {
+        self.inner.layout.kind()
     }
 
     /// Loads every script into the server's script cache (`SCRIPT LOAD`), and the batch's
@@ -507,15 +567,7 @@ impl RedisBackend {
     /// ```
     pub async fn load_scripts(&self) -> Result<(), LockError> {
         let function = &self.inner.batcher.header().function;
-        let load = async {
-            match &self.inner.conn {
-                Conn::Manager(manager) => load_all(&mut manager.clone(), function).await,
-                Conn::Pool(pool) => {
-                    load_all(&mut pool.get().await.map_err(map_pool_error)?, function).await
-                }
-            }
-        };
-        self.within_operation_timeout("load the scripts", load)
+        self.within_operation_timeout("load the scripts", self.inner.conn.load_all(function))
             .await
     }
 

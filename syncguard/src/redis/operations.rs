@@ -9,8 +9,10 @@ use serde::{Deserialize, Deserializer};
 
 use super::RedisBackend;
 use super::batch::{self, NewExpiry};
+use super::config::RedisLayout;
 use super::connection::ConnError;
 use super::error::unexpected_reply;
+use super::keys::{Located, Placement};
 use super::scripts::{self, LuaScript};
 use crate::backend::key::normalize_key;
 use crate::backend::time::{TIME_TOLERANCE_MS, check_expiry, is_live, ttl_millis};
@@ -49,11 +51,12 @@ impl RedisBackend {
         if let Some(holder) = holder {
             check_holder(holder)?;
         }
-        let layout = &self.inner.layout;
-        let lock_key = layout.lock_key(&key)?;
-        let fence_key = layout.fence_key(&lock_key)?;
-        let lock_id = LockId::generate();
-        let index_key = layout.index_key(&lock_id)?;
+        let Placement {
+            lock_key,
+            index_key,
+            fence_key,
+            lock_id,
+        } = self.inner.layout.place(&key)?;
 
         let reply = self
             .inner
@@ -95,7 +98,9 @@ impl RedisBackend {
             }
             _ => return Err(unexpected_reply("acquire", &reply.value)),
         };
-        self.inner.known.insert(lock_id.clone(), lock_key, ttl);
+        if self.inner.layout.kind() == RedisLayout::Reference {
+            self.inner.known.insert(lock_id.clone(), lock_key, ttl);
+        }
         Ok(AcquireOutcome::Acquired(Lease::new(
             lock_id,
             reply.now_ms + ttl_ms,
@@ -103,14 +108,25 @@ impl RedisBackend {
         )))
     }
 
+    /// Where the lock of `lock_id` is: in the reference layout, through the lock key this
+    /// backend knows when it took the lock (forgotten for a release), else the index.
+    fn locate(&self, lock_id: &LockId, release: bool) -> Result<Located, LockError> {
+        let layout = &self.inner.layout;
+        let known = match layout.kind() {
+            RedisLayout::Reference if release => self.inner.known.take(lock_id),
+            RedisLayout::Reference => self.inner.known.get(lock_id),
+            // Derived from the lock id.
+            RedisLayout::Cluster => None,
+        };
+        layout.locate(lock_id, known)
+    }
+
     async fn release_once(&self, lock_id: &LockId) -> Result<ReleaseOutcome, LockError> {
-        let index_key = self.inner.layout.index_key(lock_id)?;
         let reply = self
             .inner
             .batcher
             .run(batch::Op::Release {
-                lock_key: self.inner.known.take(lock_id),
-                index_key,
+                at: self.locate(lock_id, true)?,
                 lock_id: lock_id.clone(),
             })
             .await?
@@ -139,13 +155,11 @@ impl RedisBackend {
         expiry: Result<NewExpiry, LockError>,
     ) -> Result<ExtendOutcome, LockError> {
         let expiry = expiry?;
-        let index_key = self.inner.layout.index_key(lock_id)?;
         let reply = self
             .inner
             .batcher
             .run(batch::Op::Extend {
-                lock_key: self.inner.known.get(lock_id),
-                index_key,
+                at: self.locate(lock_id, false)?,
                 lock_id: lock_id.clone(),
                 expiry,
             })
@@ -191,17 +205,31 @@ impl RedisBackend {
 
     async fn lookup_once(&self, query: Lookup<'_>) -> Result<Option<LockInfo>, LockError> {
         let layout = &self.inner.layout;
+        let mut wanted_key = None;
         let (script, redis_key, owner): (&LuaScript, String, Option<&LockId>) = match query {
-            Lookup::Key(key) => (
-                &scripts::LOOKUP_KEY,
-                layout.lock_key(&normalize_key(key)?)?,
-                None,
-            ),
-            Lookup::LockId(lock_id) => (
-                &scripts::LOOKUP_ID,
-                layout.index_key(lock_id)?,
-                Some(lock_id),
-            ),
+            Lookup::Key(key) => {
+                let key = normalize_key(key)?;
+                let lock_key = layout.lock_key(&key)?;
+                wanted_key = Some(key);
+                (&scripts::LOOKUP_KEY, lock_key, None)
+            }
+            Lookup::LockId(lock_id) => match layout.locate(lock_id, None)? {
+                // The cluster layout: the lock key, from the lock id.
+                Located {
+                    lock_key: Some(lock_key),
+                    ..
+                } => (&scripts::LOOKUP_KEY, lock_key, Some(lock_id)),
+                Located {
+                    index_key: Some(index_key),
+                    ..
+                } => (&scripts::LOOKUP_ID, index_key, Some(lock_id)),
+                Located { .. } => {
+                    return Err(LockError::internal(
+                        "the Redis key layout found neither the lock key nor the index of a \
+                         lock id",
+                    ));
+                }
+            },
         };
         let mut cmd = script.evalsha(1, 0, redis_key.len() + 64);
         cmd.arg(redis_key.as_str());
@@ -224,6 +252,11 @@ impl RedisBackend {
         })?;
         // ADR-003: the index may be stale; only the lock id stored in the data counts.
         if owner.is_some_and(|owner| owner.as_str() != stored.lock_id) {
+            return Ok(None);
+        }
+        // Another key's lock under the same Redis key: in the cluster layout, two keys whose
+        // tags collide (a 64-bit hash); never in the reference layout.
+        if wanted_key.is_some_and(|wanted| wanted != stored.key.as_str()) {
             return Ok(None);
         }
         if !is_live(stored.expires_at_ms, now_ms) {

@@ -23,8 +23,9 @@ use std::time::Duration;
 use ::redis::Value;
 use tokio::time::{Instant, sleep};
 
-use super::batch_call::{Header, Op, send_within};
+use super::batch_call::{Header, Op, send_within, split_into_calls};
 use super::connection::Conn;
+use super::keys::Located;
 use crate::backend::time::TIME_TOLERANCE_MS;
 
 /// The most locks kept for release; past it the oldest are given up (each stays until its
@@ -65,6 +66,7 @@ impl Orphan {
 
     fn of(op: &Op, sent: Instant, resends: u32) -> Option<Self> {
         let Op::Acquire {
+            lock_key,
             index_key,
             lock_id,
             ttl_ms,
@@ -74,14 +76,15 @@ impl Orphan {
         else {
             return None;
         };
-        let (index_key, lock_id) = (index_key.clone(), lock_id.clone());
+        // The lock key as the acquire named it: the lock it took is there (or nowhere).
+        let at = Located {
+            lock_key: Some(lock_key.clone()),
+            index_key: index_key.clone(),
+        };
+        let lock_id = lock_id.clone();
         let release = match holder {
-            None => Op::Release {
-                lock_key: None,
-                index_key,
-                lock_id,
-            },
-            Some(_) => Op::ReleaseUnclaimed { index_key, lock_id },
+            None => Op::Release { at, lock_id },
+            Some(_) => Op::ReleaseUnclaimed { at, lock_id },
         };
         Some(Self {
             release,
@@ -176,36 +179,52 @@ async fn drain(orphans: Arc<Orphans>, conn: Conn, header: Arc<Header>) {
             sleep(next_due.map_or(RETRY_FIRST, |at| at - now)).await;
             continue;
         }
-        let releases: Vec<Op> = due.iter().map(|orphan| orphan.release.clone()).collect();
-        // A release that timed out may still land: sent again, it finds nothing (the lock id
-        // is the attempt's own), and a holder's stays a release of an unclaimed lock only.
-        match send_within(&conn, &header, &releases, orphans.operation_timeout).await {
-            Ok(replies) => {
-                pause = RETRY_FIRST;
-                let again = due
-                    .into_iter()
-                    .zip(replies)
-                    .filter_map(|(mut orphan, reply)| {
-                        // 1, or the key when released without a publish (nobody waited).
-                        let released = matches!(
-                            reply,
-                            Ok(ref reply) if matches!(reply.value, Value::Int(1) | Value::BulkString(_))
-                        );
-                        if released || orphan.resends == 0 {
-                            return None;
-                        }
-                        orphan.resends -= 1;
-                        orphan.not_before = Instant::now() + RESEND_AFTER;
-                        Some(orphan)
-                    });
-                orphans.state().pending.extend(again);
-            }
-            Err(failure) => {
-                tracing::debug!(error = %failure.to_lock_error(), "syncguard: releasing Redis locks nobody holds failed; trying again");
-                orphans.state().pending.extend(due);
-                sleep(pause).await;
-                pause = (pause * 2).min(RETRY_MAX);
-            }
+        // One call on one server; on a cluster, one per lock key.
+        for due in split_into_calls(&header, due, |orphan| &orphan.release) {
+            pause = release_due(&orphans, &conn, &header, due, pause).await;
+        }
+    }
+}
+
+/// Sends the releases of `due` in one call; those to send again go back to the pending set.
+/// Returns the pause before the next try after a failure (doubled by a failure, reset by a
+/// reply).
+async fn release_due(
+    orphans: &Orphans,
+    conn: &Conn,
+    header: &Header,
+    due: Vec<Orphan>,
+    pause: Duration,
+) -> Duration {
+    let releases: Vec<Op> = due.iter().map(|orphan| orphan.release.clone()).collect();
+    // A release that timed out may still land: sent again, it finds nothing (the lock id
+    // is the attempt's own), and a holder's stays a release of an unclaimed lock only.
+    match send_within(conn, header, &releases, orphans.operation_timeout).await {
+        Ok(replies) => {
+            let again = due
+                .into_iter()
+                .zip(replies)
+                .filter_map(|(mut orphan, reply)| {
+                    // 1, or the key when released without a publish (nobody waited).
+                    let released = matches!(
+                        reply,
+                        Ok(ref reply) if matches!(reply.value, Value::Int(1) | Value::BulkString(_))
+                    );
+                    if released || orphan.resends == 0 {
+                        return None;
+                    }
+                    orphan.resends -= 1;
+                    orphan.not_before = Instant::now() + RESEND_AFTER;
+                    Some(orphan)
+                });
+            orphans.state().pending.extend(again);
+            RETRY_FIRST
+        }
+        Err(failure) => {
+            tracing::debug!(error = %failure.to_lock_error(), "syncguard: releasing Redis locks nobody holds failed; trying again");
+            orphans.state().pending.extend(due);
+            sleep(pause).await;
+            (pause * 2).min(RETRY_MAX)
         }
     }
 }

@@ -34,7 +34,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use syncguard::LockId;
 use syncguard::backend::{Lease, LockBackend};
-use syncguard::redis::{ConnectionMode, RedisBackend, RedisConfig};
+use syncguard::redis::{ConnectionMode, RedisBackend, RedisConfig, RedisLayout};
 
 pub(crate) use urls::redis_url;
 
@@ -53,6 +53,16 @@ pub(crate) async fn pool_backend() -> RedisBackend {
     )
     .await
     .expect("connect (pool)")
+}
+
+/// A backend in the cluster layout on one server (one multiplexed connection).
+pub(crate) async fn cluster_layout_backend() -> RedisBackend {
+    RedisBackend::connect_with(
+        &redis_url(),
+        RedisConfig::new().with_layout(RedisLayout::Cluster),
+    )
+    .await
+    .expect("connect (cluster layout)")
 }
 
 /// One backend in each connection mode, for the checks that must hold in both.

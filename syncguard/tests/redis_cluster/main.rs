@@ -1,4 +1,6 @@
-//! The Redis backend on Redis Cluster, one concern per module; [`support_check`] checks the
+// The conformance suite's tests hold the cluster connection's futures several layers deep.
+#![recursion_limit = "256"]
+//! The Redis backend on a Redis Cluster, one concern per module; [`support_check`] checks the
 //! clusters the others run on: the shared one `scripts/services.sh` starts and the private
 //! ones of `support/cluster.rs`.
 //!
@@ -13,4 +15,17 @@ mod cluster;
 #[path = "../support/urls.rs"]
 mod urls;
 
+mod conformance;
 mod support_check;
+
+use syncguard::redis::RedisBackend;
+
+/// The `redis-cluster://` URL of the shared cluster `bash scripts/test-all.sh` starts.
+pub(crate) use urls::redis_cluster_url as cluster_url;
+
+/// A backend on the shared cluster, with the default configuration.
+pub(crate) async fn cluster_backend() -> RedisBackend {
+    RedisBackend::connect(&cluster_url())
+        .await
+        .expect("connect to the cluster")
+}

@@ -6,21 +6,26 @@
 -- same return codes; running them back to back inside one script changes nothing for any of
 -- them (a script is atomic, and all of them see the same server time).
 --
--- ARGV[1] tolerance ms, ARGV[2] index key prefix ("<prefix>:id:"), ARGV[3] release channel
--- ("<prefix>:released", or empty for none), then per operation:
---   'A' lockId ttlMs pxMs userKey          KEYS: lock key, index key, fence key
---   'H' lockId ttlMs pxMs userKey holder   KEYS: lock key, index key, fence key
+-- ARGV[1] tolerance ms, ARGV[2] index key prefix ("<prefix>:id:", or empty in the cluster
+-- layout, which has no index), ARGV[3] release channel ("<prefix>:released", or empty for
+-- none), then per operation:
+--   'A' lockId ttlMs pxMs userKey          KEYS: lock key, [index key], fence key
+--   'H' lockId ttlMs pxMs userKey holder   KEYS: lock key, [index key], fence key
 --   'R' lockId                             KEYS: index key
 --   'O' lockId                             KEYS: index key
 --   'E' lockId ttlMs pxMs                  KEYS: index key
 --   'B' lockId byMs                        KEYS: index key
---   'r' lockId                             KEYS: lock key, index key
---   'e' lockId ttlMs pxMs                  KEYS: lock key, index key
---   'b' lockId byMs                        KEYS: lock key, index key
 --   'T' lockId atMs                        KEYS: index key
---   't' lockId atMs                        KEYS: lock key, index key
--- The lower-case forms are for locks the caller took itself and whose lock key it knows: the
--- index holds that same key (it is written with the lock), so they skip reading it.
+--   'r' lockId                             KEYS: lock key, [index key]
+--   'o' lockId                             KEYS: lock key, [index key]
+--   'e' lockId ttlMs pxMs                  KEYS: lock key, [index key]
+--   'b' lockId byMs                        KEYS: lock key, [index key]
+--   't' lockId atMs                        KEYS: lock key, [index key]
+-- [index key] is there in the reference layout only. The upper-case forms find the lock key
+-- through the index; the lower-case forms are for locks whose lock key the caller knows (it
+-- took the lock itself, or the cluster layout derives the key from the lock id), so they skip
+-- reading it. The cluster layout uses only those, and every key of an operation is in one
+-- hash slot (the lock key's tag), so that a Redis Cluster runs it on one node.
 -- 'H' is acquire as a holder (re-entrant by holder), 'B'/'b' extend by an amount (added to the
 -- current expiry instead of to now), 'T'/'t' set the expiry to a fixed time (earlier or later),
 -- 'O' releases the lock an acquire as a holder took for a caller that never learnt it, only
@@ -221,19 +226,51 @@ local function reenter(lockKey, current, held, holder, ttl, px, key)
     renewed = withMark(renewed)
   end
   redis.call('SET', lockKey, renewed, 'PX', px)
-  redis.call('SET', indexPrefix .. lockId, lockKey, 'PX', px)
+  if indexPrefix ~= '' then
+    redis.call('SET', indexPrefix .. lockId, lockKey, 'PX', px)
+  end
   return {fence, lockId}
 end
 
--- holder: nil for a plain acquire.
+-- The lock's keys gone: the lock key and, in the reference layout, its index.
+local function deleteLock(lockKey, indexKey)
+  if indexKey then
+    redis.call('DEL', lockKey, indexKey)
+  else
+    redis.call('DEL', lockKey)
+  end
+end
+
+-- Sets the index of a lock (reference layout) to lockKey for px ms; nothing without an index.
+local function setIndex(indexKey, lockKey, px)
+  if indexKey then
+    redis.call('SET', indexKey, lockKey, 'PX', px)
+  end
+end
+
+-- holder: nil for a plain acquire. indexKey: nil in the cluster layout.
 local function acquire(lockKey, indexKey, fenceKey, lockId, ttl, px, key, holder)
   local current = redis.call('GET', lockKey)
   if current then
-    local held = expiry(current)
+    local held, first, after = expiry(current)
     if not held then
       return {-100, BADDATA}
     end
     if held > dead then
+      if owned(current, lockId) then
+        -- This very acquire, applied already: a client that sends a call again after its
+        -- connection dropped (the cluster connection does) must not be told it was refused
+        -- a lock it holds. Its lock id is fresh, so nobody else's lock matches. The lease
+        -- starts again from now, as the caller reckons it from this call's time.
+        local fence = string.match(current, '"fence":"(%d+)"')
+        if not fence then
+          return {-100, BADDATA}
+        end
+        redis.call('SET', lockKey, string.sub(current, 1, first - 1) .. expiresText(ttl)
+          .. string.sub(current, after), 'PX', px)
+        setIndex(indexKey, lockKey, px)
+        return fence
+      end
       if holder then
         return reenter(lockKey, current, held, holder, ttl, px, key)
       end
@@ -241,7 +278,7 @@ local function acquire(lockKey, indexKey, fenceKey, lockId, ttl, px, key, holder
       return held
     end
     -- The previous lock is dead: drop its reverse index if it still points here.
-    local previous = string.match(current, '"lockId":"([%w_-]+)"')
+    local previous = indexKey and string.match(current, '"lockId":"([%w_-]+)"')
     if previous then
       local stale = indexPrefix .. previous
       if redis.call('GET', stale) == lockKey then
@@ -257,12 +294,13 @@ local function acquire(lockKey, indexKey, fenceKey, lockId, ttl, px, key, holder
   end
   -- Both keys outlive the expiry by the tolerance, so liveness is decided by the predicate.
   redis.call('SET', lockKey, data, 'PX', px)
-  redis.call('SET', indexKey, lockKey, 'PX', px)
+  setIndex(indexKey, lockKey, px)
   return fence
 end
 
 -- The live lock data of lockId: lockKey, data, and the span of the expiry's digits; or nil and
--- the operation's reply. lockKey is read from the index unless the caller knows it.
+-- the operation's reply. lockKey is read from the index unless the caller knows it; indexKey
+-- is nil in the cluster layout.
 local function find(lockKey, indexKey, lockId)
   if not lockKey then
     lockKey = redis.call('GET', indexKey)
@@ -272,7 +310,9 @@ local function find(lockKey, indexKey, lockId)
   end
   local current = redis.call('GET', lockKey)
   if not current then
-    redis.call('DEL', indexKey)
+    if indexKey then
+      redis.call('DEL', indexKey)
+    end
     return nil, -1
   end
   local held, first, after = expiry(current)
@@ -281,11 +321,13 @@ local function find(lockKey, indexKey, lockId)
   end
   if not owned(current, lockId) then
     -- A stale index of this lock id: it is ours to drop; the other owner's lock stays.
-    redis.call('DEL', indexKey)
+    if indexKey then
+      redis.call('DEL', indexKey)
+    end
     return nil, 0
   end
   if held <= dead then
-    redis.call('DEL', lockKey, indexKey)
+    deleteLock(lockKey, indexKey)
     return nil, -2
   end
   return lockKey, current, first, after
@@ -296,7 +338,7 @@ local function release(knownKey, indexKey, lockId)
   if not lockKey then
     return current -- the reply
   end
-  redis.call('DEL', lockKey, indexKey)
+  deleteLock(lockKey, indexKey)
   if releaseChannel == '' then
     return 1
   end
@@ -313,8 +355,8 @@ local function release(knownKey, indexKey, lockId)
   return key
 end
 
-local function releaseOrphan(indexKey, lockId)
-  local lockKey, current = find(nil, indexKey, lockId)
+local function releaseOrphan(knownKey, indexKey, lockId)
+  local lockKey, current = find(knownKey, indexKey, lockId)
   if not lockKey then
     return current -- the reply
   end
@@ -333,7 +375,7 @@ local function extend(knownKey, indexKey, lockId, ttl, px)
   -- claimed), every other byte of the lock data stays as written.
   redis.call('SET', lockKey, claimed(string.sub(current, 1, first - 1) .. expiresText(ttl)
     .. string.sub(current, after)), 'PX', px)
-  redis.call('SET', indexKey, lockKey, 'PX', px)
+  setIndex(indexKey, lockKey, px)
   return 1
 end
 
@@ -348,7 +390,7 @@ local function extendBy(knownKey, indexKey, lockId, by)
   local px = string.format('%d', expires - dead)
   redis.call('SET', lockKey, claimed(string.sub(current, 1, first - 1)
     .. string.format('%d', expires) .. string.sub(current, after)), 'PX', px)
-  redis.call('SET', indexKey, lockKey, 'PX', px)
+  setIndex(indexKey, lockKey, px)
   return {1, expires}
 end
 
@@ -364,7 +406,7 @@ local function expireAt(knownKey, indexKey, lockId, at)
   local px = string.format('%d', math.max(expires - dead, 1))
   redis.call('SET', lockKey, claimed(string.sub(current, 1, first - 1)
     .. string.format('%d', expires) .. string.sub(current, after)), 'PX', px)
-  redis.call('SET', indexKey, lockKey, 'PX', px)
+  setIndex(indexKey, lockKey, px)
   return {1, expires}
 end
 
@@ -395,42 +437,50 @@ local function batch(KEYS, ARGV)
   indexPrefix, releaseChannel = ARGV[2], ARGV[3]
   lastTtl = nil
   local replies = {now}
+  -- The reference layout passes each operation's index key after its lock key; the cluster
+  -- layout has none.
+  local ik = (indexPrefix ~= '') and 1 or 0
   local k, a, n = 1, 4, 1
   while a <= #ARGV do
     local op = ARGV[a]
     n = n + 1
+    -- The index key after a known lock key (nil in the cluster layout).
+    local index = (ik == 1) and KEYS[k + 1] or nil
     if op == 'A' then
-      replies[n] = run(acquire, KEYS[k], KEYS[k + 1], KEYS[k + 2], ARGV[a + 1], ARGV[a + 2],
+      replies[n] = run(acquire, KEYS[k], index, KEYS[k + 1 + ik], ARGV[a + 1], ARGV[a + 2],
         ARGV[a + 3], ARGV[a + 4])
-      k, a = k + 3, a + 5
+      k, a = k + 2 + ik, a + 5
     elseif op == 'H' then
-      replies[n] = run(acquire, KEYS[k], KEYS[k + 1], KEYS[k + 2], ARGV[a + 1], ARGV[a + 2],
+      replies[n] = run(acquire, KEYS[k], index, KEYS[k + 1 + ik], ARGV[a + 1], ARGV[a + 2],
         ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
-      k, a = k + 3, a + 6
+      k, a = k + 2 + ik, a + 6
     elseif op == 'r' then
-      replies[n] = run(release, KEYS[k], KEYS[k + 1], ARGV[a + 1])
-      k, a = k + 2, a + 2
+      replies[n] = run(release, KEYS[k], index, ARGV[a + 1])
+      k, a = k + 1 + ik, a + 2
+    elseif op == 'o' then
+      replies[n] = run(releaseOrphan, KEYS[k], index, ARGV[a + 1])
+      k, a = k + 1 + ik, a + 2
     elseif op == 'e' then
-      replies[n] = run(extend, KEYS[k], KEYS[k + 1], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3])
-      k, a = k + 2, a + 4
+      replies[n] = run(extend, KEYS[k], index, ARGV[a + 1], ARGV[a + 2], ARGV[a + 3])
+      k, a = k + 1 + ik, a + 4
+    elseif op == 'b' then
+      replies[n] = run(extendBy, KEYS[k], index, ARGV[a + 1], ARGV[a + 2])
+      k, a = k + 1 + ik, a + 3
+    elseif op == 't' then
+      replies[n] = run(expireAt, KEYS[k], index, ARGV[a + 1], ARGV[a + 2])
+      k, a = k + 1 + ik, a + 3
     elseif op == 'R' then
       replies[n] = run(release, nil, KEYS[k], ARGV[a + 1])
       k, a = k + 1, a + 2
     elseif op == 'O' then
-      replies[n] = run(releaseOrphan, KEYS[k], ARGV[a + 1])
+      replies[n] = run(releaseOrphan, nil, KEYS[k], ARGV[a + 1])
       k, a = k + 1, a + 2
     elseif op == 'E' then
       replies[n] = run(extend, nil, KEYS[k], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3])
       k, a = k + 1, a + 4
-    elseif op == 'b' then
-      replies[n] = run(extendBy, KEYS[k], KEYS[k + 1], ARGV[a + 1], ARGV[a + 2])
-      k, a = k + 2, a + 3
     elseif op == 'B' then
       replies[n] = run(extendBy, nil, KEYS[k], ARGV[a + 1], ARGV[a + 2])
       k, a = k + 1, a + 3
-    elseif op == 't' then
-      replies[n] = run(expireAt, KEYS[k], KEYS[k + 1], ARGV[a + 1], ARGV[a + 2])
-      k, a = k + 2, a + 3
     elseif op == 'T' then
       replies[n] = run(expireAt, nil, KEYS[k], ARGV[a + 1], ARGV[a + 2])
       k, a = k + 1, a + 3

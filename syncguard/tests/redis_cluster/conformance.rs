@@ -1,0 +1,3 @@
+//! The backend-agnostic conformance suite on the shared 3-primary, 3-replica cluster.
+
+syncguard::conformance_tests!(async { crate::cluster_backend().await });
