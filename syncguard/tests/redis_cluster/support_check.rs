@@ -122,6 +122,7 @@ async fn a_failover_keeps_what_was_written(cluster: &RedisCluster) {
     let (primary, slot) = write(cluster, key, "before").await;
     let replica = cluster.replicas_of(primary).await[0];
     cluster.failover(replica).await;
+    every_node_agrees(cluster, slot, replica).await;
     assert_eq!(cluster.owner_of_slot(slot).await, replica);
     assert_eq!(
         read(cluster, replica, key).await.unwrap(),
@@ -142,6 +143,7 @@ async fn a_takeover_after_a_kill_serves_again_and_the_killed_node_rejoins(cluste
     let replica = cluster.replicas_of(primary).await[0];
     cluster.kill(primary);
     cluster.takeover(replica).await;
+    every_node_agrees(cluster, slot, replica).await;
     assert_eq!(cluster.owner_of_slot(slot).await, replica);
     assert!(!cluster.primaries().await.contains(&primary));
     assert_eq!(
@@ -163,7 +165,30 @@ async fn a_takeover_after_a_kill_serves_again_and_the_killed_node_rejoins(cluste
         );
     }
 
+    // Down long enough for every other node to count it as failed, as after a real crash.
+    let deadline = Instant::now() + PATIENCE;
+    for node in cluster.reachable() {
+        while !flags_of(cluster, node, primary)
+            .await
+            .split(',')
+            .any(|flag| flag == "fail")
+        {
+            assert!(
+                Instant::now() < deadline,
+                "{node} never counted the killed {primary} as failed"
+            );
+            sleep(Duration::from_millis(100)).await;
+        }
+    }
     cluster.restart(primary).await;
+    every_node_agrees(cluster, slot, replica).await;
+    for node in cluster.reachable() {
+        let flags = flags_of(cluster, node, primary).await;
+        assert!(
+            !flags.contains("fail"),
+            "{node} still sees {primary} as {flags}"
+        );
+    }
     assert_eq!(
         cluster.replicas_of(replica).await,
         [primary],
@@ -183,6 +208,7 @@ async fn migrate_slot_moves_the_slot_and_its_keys(cluster: &RedisCluster) {
     let (source, slot) = write(cluster, key, "moving").await;
     let target = another_primary(cluster, source).await;
     cluster.migrate_slot(slot, target).await;
+    every_node_agrees(cluster, slot, target).await;
     assert_eq!(cluster.owner_of_slot(slot).await, target);
     assert_eq!(
         read(cluster, target, key).await.unwrap(),
@@ -218,6 +244,7 @@ async fn a_half_migrated_slot_answers_ask_for_moved_keys(cluster: &RedisCluster)
     );
 
     migration.finish().await;
+    every_node_agrees(cluster, slot, target).await;
     assert_eq!(cluster.owner_of_slot(slot).await, target);
     for (key, value) in [(moved, "moved"), (left, "left")] {
         assert_eq!(
@@ -255,8 +282,10 @@ async fn a_paused_primary_is_replaced_and_rejoins_as_a_replica(cluster: &RedisCl
     }
     // Promoted already: a takeover only waits for the others to agree.
     cluster.takeover(replica).await;
+    every_node_agrees(cluster, slot, replica).await;
     cluster.resume(primary);
     cluster.wait_until_stable().await;
+    every_node_agrees(cluster, slot, replica).await;
     assert_eq!(cluster.replicas_of(replica).await, [primary]);
     let pong: String = redis::cmd("PING")
         .query_async(&mut cluster.connect(primary).await)
@@ -302,6 +331,59 @@ async fn read(cluster: &RedisCluster, node: Node, key: &str) -> Result<Option<St
         .arg(key)
         .query_async(&mut cluster.connect(node).await)
         .await
+}
+
+/// What the cluster's changes promise when they return, checked on every reachable node with
+/// raw commands: it serves all slots, sees `owner` serve `slot`, and as a replica has its link
+/// to its primary up.
+async fn every_node_agrees(cluster: &RedisCluster, slot: u16, owner: Node) {
+    for node in cluster.reachable() {
+        let mut connection = cluster.connect(node).await;
+        let info = cluster_info(&mut connection).await;
+        assert!(info.contains("cluster_state:ok"), "{node}: {info}");
+        let nodes: String = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        let serving = nodes.lines().find(|line| {
+            line.split(' ').skip(8).any(|range| {
+                let (first, last) = range.split_once('-').unwrap_or((range, range));
+                let inside = first.parse().is_ok_and(|first: u16| first <= slot)
+                    && last.parse().is_ok_and(|last: u16| slot <= last);
+                !range.starts_with('[') && inside
+            })
+        });
+        let address = format!(" {}@", owner.addr());
+        assert!(
+            serving.is_some_and(|line| line.contains(&address)),
+            "{node} does not see {owner} serve slot {slot}: {nodes}"
+        );
+        let replication = info_replication(&mut connection).await;
+        assert!(
+            replication.contains("role:master") || replication.contains("master_link_status:up"),
+            "{node}: {replication}"
+        );
+    }
+}
+
+/// The flags `viewer` gives `node` in its `CLUSTER NODES` (`master`, `slave`, `fail?`, ...).
+async fn flags_of(cluster: &RedisCluster, viewer: Node, node: Node) -> String {
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(&mut cluster.connect(viewer).await)
+        .await
+        .unwrap();
+    let address = format!("{}@", node.addr());
+    let line = nodes
+        .lines()
+        .find(|line| {
+            line.split(' ')
+                .nth(1)
+                .is_some_and(|at| at.starts_with(&address))
+        })
+        .unwrap_or_else(|| panic!("{viewer} does not know {node}: {nodes}"));
+    line.split(' ').nth(2).unwrap_or_default().to_owned()
 }
 
 /// GET `key` on `node` right after `first` on the same connection: READONLY (a replica
