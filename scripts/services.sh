@@ -4,6 +4,11 @@
 #   SYNCGUARD_TEST_POSTGRES_URL   postgres://postgres@127.0.0.1:<port>/postgres
 #   SYNCGUARD_TEST_REDIS_URL      redis://127.0.0.1:<port>
 #   SYNCGUARD_REDIS_SERVER_BIN    the redis-server binary (for tests that restart their own)
+#   SYNCGUARD_REDIS_CLI_BIN       the redis-cli binary (for tests that create clusters of their own)
+#   SYNCGUARD_TEST_REDIS_CLUSTER_URL    redis-cluster://127.0.0.1:<port>,127.0.0.1:<port>,127.0.0.1:<port>
+#                                 a Redis Cluster (7+) of 3 primaries, each with 1 replica; the
+#                                 URL lists the primaries as seeds. Tests must not stop its nodes.
+#   SYNCGUARD_TEST_REDIS_CLUSTER_NODES  127.0.0.1:<port>,... all six nodes, primaries and replicas
 #   SYNCGUARD_POSTGRES_BIN        PostgreSQL's bin directory (for tests that run their own)
 #   FIRESTORE_EMULATOR_HOST       127.0.0.1:<port> of the Cloud Firestore emulator
 #   SYNCGUARD_TEST_FIRESTORE_PROJECT  base project id; Firestore tests derive one per test
@@ -43,9 +48,15 @@ apt_install() {
   $SUDO rm -f /usr/sbin/policy-rc.d
 }
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+free_ports() { # free_ports <n>: n distinct free loopback ports, space-separated
+  # All bound at once, so that no port comes twice.
+  python3 -c 'import socket, sys
+sockets = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in sockets: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in sockets))' "$1"
 }
+
+free_port() { free_ports 1; }
 
 wait_for() { # wait_for <what> <seconds> <command...>
   local what=$1 seconds=$2
@@ -176,6 +187,94 @@ start_redis() {
   log "$(redis-server --version | awk '{print $1, $3}') on 127.0.0.1:$port${tls_port:+, TLS on 127.0.0.1:$tls_port}"
 }
 
+# Whether the Redis Cluster node on port $1 is ready: it serves all 16384 slots
+# (cluster_state:ok), sees $2 primaries holding slots and $3 replicas, each connected and none
+# suspected of failing, and, if it is a replica, its link to its primary is up.
+redis_cluster_node_ready() {
+  local port=$1 primaries=$2 replicas=$3 info
+  info=$(redis-cli -p "$port" cluster info | tr -d '\r') || return 1
+  [[ $info == *cluster_state:ok* && $info == *cluster_slots_ok:16384* ]] || return 1
+  redis-cli -p "$port" cluster nodes | awk -v primaries="$primaries" -v replicas="$replicas" '
+    $3 ~ /fail|handshake|noaddr/ || $8 != "connected" { bad = 1 }
+    $3 ~ /master/ && NF > 8 { serving++ }
+    $3 ~ /slave/ { following++ }
+    END { exit !(!bad && serving == primaries && following == replicas) }' || return 1
+  info=$(redis-cli -p "$port" info replication | tr -d '\r') || return 1
+  [[ $info == *role:master* || $info == *master_link_status:up* ]]
+}
+
+# The nodes the cluster node on port $1 sees in role $2 (master, slave), as sorted
+# host:port,host:port,...
+redis_cluster_nodes_in_role() {
+  redis-cli -p "$1" cluster nodes | awk -v role="$2" '$3 ~ role { sub(/@.*/, "", $2); print $2 }' |
+    sort | paste -sd, -
+}
+
+# A Redis Cluster of 3 primaries with 1 replica each, on loopback (see the header). Its node
+# timeout is short (2 s), so that a failover takes seconds; tests that kill or pause nodes
+# start clusters of their own (tests/support/cluster.rs) and leave this one alone.
+start_redis_cluster() {
+  if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+    log "installing Redis"
+    apt_install redis-server
+  fi
+  local version
+  version=$(redis-server --version | sed -n 's/.* v=\([0-9]*\)\..*/\1/p')
+  if [ "${version:-0}" -lt 7 ]; then
+    echo "error: the Redis Cluster tests need redis-server 7 or later (for --cluster-port);" \
+      "$(command -v redis-server) is $(redis-server --version | awk '{print $3}')" >&2
+    return 1
+  fi
+  local dir="$RUN_DIR/redis-cluster" started ports=() buses=() addrs=() port i
+  started=$(date +%s.%N)
+  read -r -a ports <<<"$(free_ports 12)"
+  # Each node's cluster bus gets a free port of its own: the default, port + 10000, can lie
+  # past 65535 for the high ports free_ports hands out.
+  buses=("${ports[@]:6}")
+  ports=("${ports[@]:0:6}")
+  for i in "${!ports[@]}"; do
+    port=${ports[$i]}
+    mkdir -p "$dir/$port"
+    # No persistence, and replicas sync at once (diskless, without the default 5 s delay).
+    redis-server --port "$port" --bind 127.0.0.1 --dir "$dir/$port" --cluster-enabled yes \
+      --cluster-port "${buses[$i]}" --cluster-config-file nodes.conf \
+      --cluster-node-timeout 2000 --appendonly no --save "" --repl-diskless-sync-delay 0 \
+      --daemonize yes --pidfile "$dir/$port/redis.pid" --logfile "$dir/$port/redis.log"
+    # NOW: a primary does not wait for its replicas to catch up before it stops.
+    CLEANUPS+=("redis-cli -p $port shutdown nosave now")
+    addrs+=("127.0.0.1:$port")
+  done
+  for port in "${ports[@]}"; do
+    wait_for "Redis Cluster node 127.0.0.1:$port (log: $dir/$port/redis.log)" 30 \
+      redis-cli -p "$port" ping
+  done
+  # redis-cli waits for the nodes to meet without a deadline of its own.
+  if ! quietly timeout 60 redis-cli --cluster create "${addrs[@]}" --cluster-replicas 1 \
+    --cluster-yes; then
+    echo "error: redis-cli --cluster create failed (logs: $dir/*/redis.log)" >&2
+    return 1
+  fi
+  local ready="cluster_state:ok with 16384 slots, 3 primaries and 3 replicas connected, a replica's link up"
+  for port in "${ports[@]}"; do
+    if ! wait_for "Redis Cluster node 127.0.0.1:$port ($ready; log: $dir/$port/redis.log)" 60 \
+      redis_cluster_node_ready "$port" 3 3; then
+      redis-cli -p "$port" cluster info >&2 || true
+      redis-cli -p "$port" cluster nodes >&2 || true
+      tail -n 20 "$dir/$port/redis.log" >&2
+      return 1
+    fi
+  done
+  local seeds replicas
+  seeds=$(redis_cluster_nodes_in_role "${ports[0]}" master)
+  replicas=$(redis_cluster_nodes_in_role "${ports[0]}" slave)
+  export SYNCGUARD_TEST_REDIS_CLUSTER_URL="redis-cluster://$seeds"
+  SYNCGUARD_TEST_REDIS_CLUSTER_NODES=$(IFS=,; echo "${addrs[*]}")
+  export SYNCGUARD_TEST_REDIS_CLUSTER_NODES
+  SYNCGUARD_REDIS_CLI_BIN=$(command -v redis-cli)
+  export SYNCGUARD_REDIS_CLI_BIN
+  log "Redis Cluster: primaries $seeds, replicas $replicas (up in $(python3 -c "import time; print(f'{time.time() - $started:.1f}')")s)"
+}
+
 FIRESTORE_EMULATOR=${FIRESTORE_EMULATOR:-/usr/lib/google-cloud-sdk/platform/cloud-firestore-emulator/cloud_firestore_emulator}
 
 start_firestore() {
@@ -211,5 +310,6 @@ start_firestore() {
 start_services() {
   start_postgres
   start_redis
+  start_redis_cluster
   start_firestore
 }

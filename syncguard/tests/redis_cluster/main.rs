@@ -1,23 +1,29 @@
 // The conformance suite's tests hold the cluster connection's futures several layers deep.
 #![recursion_limit = "256"]
-//! The Redis backend on a Redis Cluster.
+//! The Redis backend on a Redis Cluster, one concern per module; [`support_check`] checks the
+//! clusters the others run on: the shared one `scripts/services.sh` starts and the private
+//! ones of `support/cluster.rs`.
+//!
+//! Needs `SYNCGUARD_TEST_REDIS_CLUSTER_URL` and `SYNCGUARD_TEST_REDIS_CLUSTER_NODES` (the
+//! shared cluster, which these tests may write to), and `SYNCGUARD_REDIS_SERVER_BIN` and
+//! `SYNCGUARD_REDIS_CLI_BIN` (to start private clusters): `bash scripts/test-all.sh` or
+//! `bash scripts/with-services.sh cargo test -p syncguard --all-features --test redis_cluster`
+//! installs Redis if missing and sets them.
+
+#[path = "../support/cluster.rs"]
+mod cluster;
+#[path = "../support/urls.rs"]
+mod urls;
 
 mod batching;
 mod conformance;
 mod connection;
+mod support_check;
 
 use syncguard::redis::RedisBackend;
 
 /// The `redis-cluster://` URL of the shared cluster `bash scripts/test-all.sh` starts.
-pub(crate) fn cluster_url() -> String {
-    std::env::var("SYNCGUARD_TEST_REDIS_CLUSTER_URL").unwrap_or_else(|_| {
-        panic!(
-            "SYNCGUARD_TEST_REDIS_CLUSTER_URL is not set: run `bash scripts/test-all.sh`, which \
-             installs redis-server and starts a 3-primary, 3-replica cluster, or \
-             `bash scripts/with-services.sh cargo test ...`"
-        )
-    })
-}
+pub(crate) use urls::redis_cluster_url as cluster_url;
 
 /// A backend on the shared cluster, with the default configuration.
 pub(crate) async fn cluster_backend() -> RedisBackend {

@@ -5,47 +5,17 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use tokio::time::{Instant, sleep};
 
-const HOW_TO_RUN: &str = "run `bash scripts/test-all.sh` (or `bash scripts/with-services.sh \
-    cargo test ...`), which installs redis-server and PostgreSQL if missing and exports where \
-    they are";
+#[path = "processes.rs"]
+mod processes;
 
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: {HOW_TO_RUN}"))
-}
-
-fn scratch_dir(label: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "syncguard-{label}-{}-{}",
-        std::process::id(),
-        syncguard::LockId::generate()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// Sends `signal` (`STOP`, `CONT`, ...) to a process.
-fn signal(pid: u32, signal: &str) {
-    let status = Command::new("kill")
-        .args([format!("-{signal}"), pid.to_string()])
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill -{signal} {pid} failed");
-}
+pub use processes::free_port;
+use processes::{HOW_TO_RUN, env, scratch_dir, signal, signal_quietly};
 
 /// A redis-server of the test's own, persisting with AOF only (`appendfsync` as given).
 pub struct RedisServer {
@@ -154,13 +124,6 @@ impl Drop for RedisServer {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn signal_quietly(pid: u32, signal: &str) -> std::io::Result<std::process::ExitStatus> {
-    Command::new("kill")
-        .args([format!("-{signal}"), pid.to_string()])
-        .stderr(Stdio::null())
-        .status()
 }
 
 /// A PostgreSQL cluster of the test's own (trust authentication, no fsync: only the server

@@ -27,3 +27,22 @@ pub fn redis_url() -> String {
         "redis-server (apt-get install redis-server)",
     )
 }
+
+/// The shared test Redis Cluster: `redis-cluster://` and its three primaries (each with one
+/// replica), as seeds. Tests must not stop or pause its nodes: `support/cluster.rs` starts
+/// clusters of a test's own for that.
+pub fn redis_cluster_url() -> String {
+    exported(
+        "SYNCGUARD_TEST_REDIS_CLUSTER_URL",
+        "redis-server 7+ (apt-get install redis-server)",
+    )
+}
+
+/// Every node of the shared test Redis Cluster, primaries and replicas, as `127.0.0.1:<port>`.
+pub fn redis_cluster_nodes() -> Vec<String> {
+    let nodes = exported(
+        "SYNCGUARD_TEST_REDIS_CLUSTER_NODES",
+        "redis-server 7+ (apt-get install redis-server)",
+    );
+    nodes.split(',').map(str::to_owned).collect()
+}
