@@ -22,7 +22,6 @@ mod timed;
 mod workload;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use proxy::Proxy;
@@ -32,43 +31,12 @@ use syncguard::postgres::{PostgresBackend, PostgresConfig, setup_schema};
 use syncguard::redis::{ConnectionMode, RedisBackend, RedisConfig};
 use timed::{CallTimes, timed};
 use tokio::time::sleep;
-use workload::{Figures, TTL};
+use workload::{TTL, count_panics, report};
 
 /// The fail-fast timeouts every instance runs with.
 const TIMEOUT: Duration = Duration::from_millis(500);
 /// Slack on a loaded machine beyond the timeouts' sum.
 const MARGIN: Duration = Duration::from_millis(1500);
-
-static PANICS: AtomicUsize = AtomicUsize::new(0);
-
-fn count_panics() {
-    static HOOK: std::sync::Once = std::sync::Once::new();
-    HOOK.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            PANICS.fetch_add(1, Ordering::SeqCst);
-            previous(info);
-        }));
-    });
-}
-
-fn report(figures: &[Figures], times: &CallTimes, bound: Duration) {
-    for figures in figures {
-        figures.print();
-    }
-    println!(
-        "  {} backend calls; slowest by kind: {:?} (bound {bound:?})",
-        times.calls(),
-        times.worst()
-    );
-    assert!(
-        times.slowest() <= bound,
-        "a call took {:?}, past its timeouts ({bound:?}): {:?}",
-        times.slowest(),
-        times.worst()
-    );
-    assert_eq!(PANICS.load(Ordering::SeqCst), 0, "something panicked");
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_under_faults() {

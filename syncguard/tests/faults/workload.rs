@@ -1,6 +1,9 @@
 //! The workload of one fault scenario: two backend instances with eight workers each contend
 //! for one key, recording every hold, while the fault is injected and healed; then the
-//! history is checked and the figures gathered.
+//! history is checked and the figures gathered. Shared by the fault suite and the Redis
+//! Cluster's (`redis_cluster/faults.rs`), each of which uses part of it.
+
+#![allow(dead_code)]
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -13,7 +16,7 @@ use syncguard::conformance::history::{History, Hold};
 use syncguard::{LockOptions, RetryPolicy};
 use tokio::time::{Instant, sleep, timeout};
 
-use crate::timed::Timed;
+use crate::timed::{CallTimes, Timed};
 
 /// The ttl of every lock: short, so that faults outlast leases.
 pub(crate) const TTL: Duration = Duration::from_secs(1);
@@ -23,6 +26,40 @@ const BEFORE: Duration = Duration::from_millis(1500);
 const AFTER: Duration = Duration::from_secs(4);
 /// How long a healed backend may take to serve a fresh acquire and release.
 const RECOVERY_LIMIT: Duration = Duration::from_secs(10);
+
+static PANICS: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts every panic of the process from now on (a worker's included), for [`report`].
+pub(crate) fn count_panics() {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            PANICS.fetch_add(1, Ordering::SeqCst);
+            previous(info);
+        }));
+    });
+}
+
+/// Prints the figures of a suite's scenarios, and checks that every backend call returned
+/// within `bound` and that nothing panicked.
+pub(crate) fn report(figures: &[Figures], times: &CallTimes, bound: Duration) {
+    for figures in figures {
+        figures.print();
+    }
+    println!(
+        "  {} backend calls; slowest by kind: {:?} (bound {bound:?})",
+        times.calls(),
+        times.worst()
+    );
+    assert!(
+        times.slowest() <= bound,
+        "a call took {:?}, past its timeouts ({bound:?}): {:?}",
+        times.slowest(),
+        times.worst()
+    );
+    assert_eq!(PANICS.load(Ordering::SeqCst), 0, "something panicked");
+}
 
 /// What one scenario measured.
 pub(crate) struct Figures {
@@ -62,7 +99,22 @@ pub(crate) async fn run<F: Future<Output = ()>>(
     instances: &[Timed],
     fault: F,
 ) -> Figures {
-    let key = syncguard::conformance::unique_key(name);
+    run_on_key(
+        name,
+        syncguard::conformance::unique_key(name),
+        instances,
+        fault,
+    )
+    .await
+}
+
+/// [`run`] on `key`, for a fault that must know it (where a cluster stores it, say).
+pub(crate) async fn run_on_key<F: Future<Output = ()>>(
+    name: &'static str,
+    key: String,
+    instances: &[Timed],
+    fault: F,
+) -> Figures {
     let history = Arc::new(History::new());
     let stop = Arc::new(AtomicBool::new(false));
     let losses = Arc::new(Mutex::new(Vec::new()));

@@ -12,12 +12,19 @@
 
 #[path = "../support/cluster.rs"]
 mod cluster;
+#[path = "../support/forward.rs"]
+mod forward;
+#[path = "../faults/timed.rs"]
+mod timed;
 #[path = "../support/urls.rs"]
 mod urls;
+#[path = "../faults/workload.rs"]
+mod workload;
 
 mod batching;
 mod conformance;
 mod connection;
+mod faults;
 mod support_check;
 
 use syncguard::redis::RedisBackend;
