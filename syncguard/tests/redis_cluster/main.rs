@@ -25,6 +25,7 @@ mod batching;
 mod conformance;
 mod connection;
 mod faults;
+mod scripts;
 mod support_check;
 
 use syncguard::redis::RedisBackend;
