@@ -21,7 +21,7 @@
 
 // The tests' own cluster; its unit tests' imports go unused where benches leave #[test] out.
 #[path = "../tests/support/cluster.rs"]
-#[allow(dead_code, unreachable_pub, unused_imports)]
+#[allow(unused_imports)]
 mod cluster;
 mod support;
 
