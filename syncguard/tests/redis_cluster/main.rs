@@ -27,6 +27,7 @@ mod connection;
 mod faults;
 mod scripts;
 mod support_check;
+mod topology;
 
 use syncguard::redis::RedisBackend;
 
