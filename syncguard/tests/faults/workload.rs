@@ -29,13 +29,23 @@ const RECOVERY_LIMIT: Duration = Duration::from_secs(10);
 
 static PANICS: AtomicUsize = AtomicUsize::new(0);
 
-/// Counts every panic of the process from now on (a worker's included), for [`report`].
+/// Counts every panic of the process from now on (a worker's included), for [`report`];
+/// called from the test's own thread. A panic on the thread of another test of the same
+/// binary (a `should_panic` test) is that test's business, and not counted.
 pub(crate) fn count_panics() {
     static HOOK: std::sync::Once = std::sync::Once::new();
+    let this_test = std::thread::current().name().map(str::to_owned);
     HOOK.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            PANICS.fetch_add(1, Ordering::SeqCst);
+            let thread = std::thread::current();
+            // The test harness names each test's thread after the test (`module::test`).
+            let another_test = thread
+                .name()
+                .is_some_and(|name| name.contains("::") && Some(name) != this_test.as_deref());
+            if !another_test {
+                PANICS.fetch_add(1, Ordering::SeqCst);
+            }
             previous(info);
         }));
     });
