@@ -221,8 +221,10 @@ impl RedisConfig {
     /// How many times the multiplexed connection that
     /// [`connect_with`](super::RedisBackend::connect_with) opens retries reconnecting
     /// (exponential backoff from 100 ms) before the waiting operations fail with
-    /// `ServiceUnavailable` (default 2). Only for `connect_with`:
-    /// [`new`](super::RedisBackend::new) refuses a configuration that sets it.
+    /// `ServiceUnavailable` (default 2). Only for `connect_with` to one server:
+    /// [`new`](super::RedisBackend::new) and a `redis-cluster://` URL (whose connection sends
+    /// each call again up to 8 times within the operation timeout) refuse a configuration
+    /// that sets it.
     ///
     /// ```
     /// let config = syncguard::redis::RedisConfig::new().with_reconnect_retries(5);
@@ -376,6 +378,12 @@ impl RedisConfig {
         } else {
             None
         }
+    }
+
+    /// Whether [`with_reconnect_retries`](Self::with_reconnect_retries) was called (a
+    /// cluster connection has no such setting).
+    pub(super) const fn has_reconnect_retries(&self) -> bool {
+        self.reconnect_retries.is_some()
     }
 
     /// What the release subscriber connects within.

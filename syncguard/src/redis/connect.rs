@@ -180,6 +180,13 @@ async fn connect_cluster(url: &str, config: RedisConfig) -> Result<RedisBackend,
     if config.layout() == Some(RedisLayout::Reference) {
         return Err(reference_layout_on_a_cluster());
     }
+    if config.has_reconnect_retries() {
+        return Err(LockError::invalid_argument(
+            "RedisConfig::with_reconnect_retries: on a Redis Cluster each call is sent again \
+             (after a reconnect or a redirection) up to 8 times within the operation timeout; \
+             leave the reconnect retries out for a redis-cluster:// URL",
+        ));
+    }
     if matches!(config.connection_mode(), ConnectionMode::Pool { .. }) {
         return Err(LockError::invalid_argument(
             "RedisConfig::with_connection_mode: a Redis Cluster is reached through one \

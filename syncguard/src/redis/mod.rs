@@ -684,6 +684,8 @@ impl fmt::Debug for RedisBackend {
         f.debug_struct("RedisBackend")
             .field("prefix", &self.prefix())
             .field("mode", &self.connection_mode())
+            .field("cluster", &self.inner.conn.is_cluster())
+            .field("layout", &self.layout())
             .field("cleanup_in_is_locked", &(self.inner.cleanup_guard_ms > 0))
             .field("release_notifications", &self.inner.release_notifications)
             .field("subscribes", &self.inner.releases.has_client())

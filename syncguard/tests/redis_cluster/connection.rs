@@ -28,6 +28,11 @@ async fn bad_cluster_urls_and_settings_are_refused_before_any_io() {
             RedisConfig::new().with_connection_mode(ConnectionMode::Pool { max_size: 4 }),
             "with_connection_mode",
         ),
+        (
+            NOWHERE,
+            RedisConfig::new().with_reconnect_retries(5),
+            "with_reconnect_retries",
+        ),
         ("redis-cluster://", RedisConfig::new(), "redis-cluster://"),
         (
             "redis-cluster://127.0.0.1:1,,127.0.0.1:2",
