@@ -210,7 +210,10 @@ impl RedisBackend {
             Lookup::Key(key) => {
                 let key = normalize_key(key)?;
                 let lock_key = layout.lock_key(&key)?;
-                wanted_key = Some(key);
+                // Only the cluster layout can find another key's lock under a key's Redis key.
+                if layout.kind() == RedisLayout::Cluster {
+                    wanted_key = Some(key);
+                }
                 (&scripts::LOOKUP_KEY, lock_key, None)
             }
             Lookup::LockId(lock_id) => match layout.locate(lock_id, None)? {
@@ -254,8 +257,8 @@ impl RedisBackend {
         if owner.is_some_and(|owner| owner.as_str() != stored.lock_id) {
             return Ok(None);
         }
-        // Another key's lock under the same Redis key: in the cluster layout, two keys whose
-        // tags collide (a 64-bit hash); never in the reference layout.
+        // Another key's lock under the same Redis key: two keys whose cluster-layout tags (a
+        // 64-bit hash) collide.
         if wanted_key.is_some_and(|wanted| wanted != stored.key.as_str()) {
             return Ok(None);
         }
