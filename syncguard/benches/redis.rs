@@ -6,10 +6,11 @@
 //! workers; on a cluster, only with those of the same lock key). Each row also gives the
 //! servers' CPU time per cycle (`INFO cpu`) and how many operations went into one script call
 //! (`INFO commandstats`); on a cluster both are summed over its primaries, which serve the
-//! calls, and its replicas' CPU is given apart. Every error is counted by kind, on the client
-//! (by operation, error code and the server's reply code) and on the servers (`INFO
-//! errorstats`, over every node); the bench exits with an error status if any operation
-//! failed or a server answered CROSSSLOT or NOSCRIPT.
+//! calls, and its replicas' CPU is given apart; and this process's CPU per cycle (the client,
+//! `/proc/self/stat`), so that what bounds a row on a small machine shows. Every error is
+//! counted by kind, on the client (by operation, error code and the server's reply code) and
+//! on the servers (`INFO errorstats`, over every node); the bench exits with an error status
+//! if any operation failed or a server answered CROSSSLOT or NOSCRIPT.
 //!
 //! ```text
 //! bash scripts/with-services.sh cargo bench -p syncguard --features redis-cluster --bench redis
@@ -117,6 +118,9 @@ struct Row {
     server_us: f64,
     /// A cluster's replicas' CPU per cycle (replication); `None` on one server.
     replicas_us: Option<f64>,
+    /// This process's CPU (user + system) per cycle, all its threads, from `/proc/self/stat`;
+    /// `None` where there is no such file.
+    client_us: Option<f64>,
     /// Operations (acquire, release) per script call, from `INFO commandstats`.
     per_call: f64,
     /// Failed operations by kind: (count, the first one's message).
@@ -302,6 +306,7 @@ struct Measured {
     primaries_cpu: f64,
     replicas_cpu: f64,
     calls: u64,
+    client_cpu: Option<f64>,
     client_errors: BTreeMap<String, (u64, String)>,
     server_errors: BTreeMap<String, u64>,
 }
@@ -327,6 +332,7 @@ where
         .collect();
     tokio::time::sleep_until(run.start).await;
     let at_start = stats.sample().await;
+    let client_at_start = client_cpu();
     tokio::time::sleep_until(run.start + limits.measure).await;
     let cap = run.start + limits.measure + MAX_OVERTIME;
     while run.measured.load(Ordering::Relaxed) < limits.min_cycles && Instant::now() < cap {
@@ -334,6 +340,7 @@ where
     }
     run.stopped.store(true, Ordering::Relaxed);
     let secs = run.start.elapsed().as_secs_f64();
+    let client_at_end = client_cpu();
     let at_end = stats.sample().await;
     let mut latencies = Vec::new();
     let mut contended = 0;
@@ -352,9 +359,24 @@ where
         primaries_cpu: at_end.primaries_cpu - at_start.primaries_cpu,
         replicas_cpu: at_end.replicas_cpu - at_start.replicas_cpu,
         calls: at_end.calls - at_start.calls,
+        client_cpu: client_at_end
+            .zip(client_at_start)
+            .map(|(end, start)| end - start),
         client_errors,
         server_errors: errors_between(&before, &after),
     }
+}
+
+/// This process's CPU seconds so far (user + system, every thread), from `/proc/self/stat`.
+fn client_cpu() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command name (which may hold spaces, and ends at the last `)`):
+    // state is the first, utime the 12th and stime the 13th, in clock ticks.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
+    let utime: f64 = fields.next()?.parse().ok()?;
+    let stime: f64 = fields.next()?.parse().ok()?;
+    // USER_HZ, 100 on every Linux architecture Rust runs on.
+    Some((utime + stime) / 100.0)
 }
 
 fn percentile(sorted: &[u32], p: f64) -> u32 {
@@ -497,6 +519,7 @@ fn row(target: Target<'_>, workers: usize, measured: Measured) -> Row {
         p99_us: percentile(&measured.latencies, 0.99),
         server_us: per_cycle(measured.primaries_cpu),
         replicas_us: target.cluster.then(|| per_cycle(measured.replicas_cpu)),
+        client_us: measured.client_cpu.map(per_cycle),
         per_call: 1.0,
         client_errors: measured.client_errors,
         server_errors: measured.server_errors,
@@ -731,12 +754,12 @@ fn print_table(rows: &[Row], threads: usize, limits: Limits) {
     );
     println!(
         "| row | mode | workers | keys | cycles/s | p50 µs | p99 µs | contended acquires/s | \
-         server µs/cycle | replica µs/cycle | operations/script call |"
+         server µs/cycle | replica µs/cycle | client µs/cycle | operations/script call |"
     );
-    println!("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for row in rows {
         println!(
-            "| {} | {} | {} | {} | {:.0} | {} | {} | {:.0} | {:.1} | {} | {:.1} |",
+            "| {} | {} | {} | {} | {:.0} | {} | {} | {:.0} | {:.1} | {} | {} | {:.1} |",
             row.name,
             row.what,
             row.workers,
@@ -746,11 +769,16 @@ fn print_table(rows: &[Row], threads: usize, limits: Limits) {
             row.p99_us,
             row.contended_per_sec,
             row.server_us,
-            row.replicas_us
-                .map_or("-".to_owned(), |us| format!("{us:.1}")),
+            one_decimal(row.replicas_us, "-"),
+            one_decimal(row.client_us, "-"),
             row.per_call
         );
     }
+}
+
+/// `value` with one decimal, or `none`.
+fn one_decimal(value: Option<f64>, none: &str) -> String {
+    value.map_or(none.to_owned(), |value| format!("{value:.1}"))
 }
 
 /// Every row's measured cycles and errors: the client's by kind, the servers' by reply code.
@@ -808,8 +836,8 @@ fn print_targets(rows: &[Row]) {
     let half_cluster_ceiling = find("cluster/64/raw").map(|raw| raw.per_sec / 2.0);
     let cycles =
         |row: Option<&Row>| row.map_or("n/a".to_owned(), |row| format!("{:.0}", row.per_sec));
-    let cpu =
-        |row: Option<&Row>| row.map_or("n/a".to_owned(), |row| format!("{:.1}", row.server_us));
+    let cpu = |row: Option<&Row>| one_decimal(row.map(|row| row.server_us), "n/a");
+    let client = |row: Option<&Row>| one_decimal(row.and_then(|row| row.client_us), "n/a");
     println!("\nAt 64 workers on distinct keys (issue 33's targets):");
     println!(
         "- the cluster: {} cycles/s, {} of one server's in the reference layout ({}) [target \
@@ -837,13 +865,21 @@ fn print_targets(rows: &[Row]) {
         cpu(reference),
         cpu(layout),
         cpu(cluster),
-        cluster
-            .and_then(|row| row.replicas_us)
-            .map_or("n/a".to_owned(), |us| format!("{us:.1}")),
-        find("raw/64").map_or("n/a".to_owned(), |raw| format!(
-            "{:.1}",
-            2.0 * raw.server_us
-        )),
+        one_decimal(cluster.and_then(|row| row.replicas_us), "n/a"),
+        one_decimal(find("raw/64").map(|raw| 2.0 * raw.server_us), "n/a"),
+    );
+    println!(
+        "- client CPU per cycle (this process): reference layout {} µs, cluster layout {} µs, \
+         the cluster {} µs; two bare script calls {} µs",
+        client(reference),
+        client(layout),
+        client(cluster),
+        one_decimal(
+            find("raw/64")
+                .and_then(|raw| raw.client_us)
+                .map(|us| 2.0 * us),
+            "n/a"
+        ),
     );
     let best = rows
         .iter()
