@@ -151,18 +151,18 @@ struct Sample {
 }
 
 /// One statistics connection per node of a row's servers (one server, or every node of a
-/// cluster, primaries and replicas).
+/// cluster, primaries and replicas), reconnecting when dropped (a killed client, a restarted
+/// node).
 struct Servers {
-    nodes: Vec<redis::aio::MultiplexedConnection>,
+    nodes: Vec<redis::aio::ConnectionManager>,
 }
 
 impl Servers {
     async fn open(urls: &[String]) -> Self {
         let mut nodes = Vec::with_capacity(urls.len());
         for url in urls {
-            let node = redis::Client::open(url.as_str())
-                .expect("node url")
-                .get_multiplexed_async_connection()
+            let client = redis::Client::open(url.as_str()).expect("node url");
+            let node = redis::aio::ConnectionManager::new(client)
                 .await
                 .unwrap_or_else(|error| panic!("statistics connection to {url}: {error}"));
             nodes.push(node);
@@ -174,16 +174,18 @@ impl Servers {
     /// two samples counts each node where it was at the end.
     async fn sample(&mut self) -> Sample {
         let mut sample = Sample::default();
+        let mut info = redis::cmd("INFO");
+        info.arg("cpu")
+            .arg("commandstats")
+            .arg("errorstats")
+            .arg("replication");
         for node in &mut self.nodes {
-            let info: String = redis::cmd("INFO")
-                .arg("cpu")
-                .arg("commandstats")
-                .arg("errorstats")
-                .arg("replication")
-                .query_async(node)
-                .await
-                .expect("INFO");
-            add_node(&mut sample, &info);
+            // A dropped connection fails the one request, then reconnects.
+            let answer = match info.query_async::<String>(node).await {
+                Ok(answer) => answer,
+                Err(_) => info.query_async(node).await.expect("INFO"),
+            };
+            add_node(&mut sample, &answer);
         }
         sample
     }
