@@ -46,6 +46,7 @@ impl LockId {
     /// A lock id whose first 8 bytes are `head` and whose last 8 come from the CSPRNG: a
     /// backend whose storage is found from the lock id (the Redis cluster layout) puts there
     /// what finds it.
+    #[cfg(feature = "redis")]
     pub(crate) fn with_head(head: [u8; 8]) -> Self {
         let mut bytes = [0_u8; 16];
         bytes[..8].copy_from_slice(&head);
@@ -54,6 +55,7 @@ impl LockId {
     }
 
     /// The first 8 bytes of the id (what [`with_head`](Self::with_head) put there).
+    #[cfg(feature = "redis")]
     pub(crate) fn head(&self) -> [u8; 8] {
         // 12 characters are exactly 9 bytes: no padding or trailing bits to reject.
         let mut nine = [0_u8; 9];
@@ -142,6 +144,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "redis")]
     fn a_head_is_kept_and_the_rest_is_random() {
         let head = *b"\x00\xffhead!\x7f";
         let (a, b) = (LockId::with_head(head), LockId::with_head(head));

@@ -382,6 +382,7 @@ impl RedisConfig {
 
     /// Whether [`with_reconnect_retries`](Self::with_reconnect_retries) was called (a
     /// cluster connection has no such setting).
+    #[cfg(feature = "redis-cluster")]
     pub(super) const fn has_reconnect_retries(&self) -> bool {
         self.reconnect_retries.is_some()
     }
