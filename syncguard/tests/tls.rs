@@ -214,7 +214,8 @@ async fn redis_tls_root_certs_need_a_rediss_url() {
 
 /// A private Redis Cluster of 3 primaries whose nodes serve clients over TLS only (one start
 /// for all the checks, which run in turn): `rediss-cluster://` with the test CA locks on every
-/// primary and wakes waiters; a plain client, a plain cluster URL and a client that does not
+/// primary (from all three seeds, and from one, which learns the others' TLS ports from the
+/// slot map) and wakes waiters; a plain client, a plain cluster URL and a client that does not
 /// trust the certificate all fail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cluster_over_tls() {
@@ -229,6 +230,12 @@ async fn redis_cluster_over_tls() {
         .unwrap_or_else(|error| panic!("connect to {url}: {}", chain(&error)));
     locks_on_every_primary(&cluster, &backend).await;
     wakes_waiters_on_every_primary(&cluster, &backend).await;
+    // From one seed, the other primaries' addresses come from the slot map: their TLS ports.
+    let one_seed = url.split(',').next().unwrap();
+    let from_one_seed = RedisBackend::connect_with(one_seed, redis_tls_cluster_config())
+        .await
+        .unwrap_or_else(|error| panic!("connect to {one_seed}: {}", chain(&error)));
+    locks_on_every_primary(&cluster, &from_one_seed).await;
     conformance::lifecycle(backend.clone()).await;
     conformance::contention(backend).await;
     rejects_an_untrusted_certificate(&url).await;
