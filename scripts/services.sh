@@ -18,6 +18,9 @@
 # localhost signed by a CA made for this run.
 #   SYNCGUARD_TEST_TLS_CA         PEM file of that CA
 #   SYNCGUARD_TEST_TLS_OTHER_CA   PEM file of another CA, which signed nothing the servers present
+#   SYNCGUARD_TEST_TLS_CERT       PEM file of that certificate for 127.0.0.1 (signed by the CA)
+#   SYNCGUARD_TEST_TLS_KEY        PEM file of its private key (for servers a test starts itself,
+#                                 such as the TLS Redis Cluster of tests/support/cluster.rs)
 #   SYNCGUARD_TEST_REDIS_TLS_URL  rediss://127.0.0.1:<tls port>
 
 RUN_DIR=$(mktemp -d /tmp/syncguard-services.XXXXXX)
@@ -96,7 +99,9 @@ subjectKeyIdentifier = hash
 [server]
 basicConstraints = critical, CA:FALSE
 keyUsage = critical, digitalSignature, keyEncipherment
-extendedKeyUsage = serverAuth
+# clientAuth too: the nodes of a TLS Redis Cluster present it to each other on the cluster bus,
+# which always asks for and checks a client certificate.
+extendedKeyUsage = serverAuth, clientAuth
 subjectAltName = IP:127.0.0.1, DNS:localhost
 subjectKeyIdentifier = hash
 authorityKeyIdentifier = keyid
@@ -117,6 +122,8 @@ CNF
   chmod 600 "$TLS_DIR"/*.key
   export SYNCGUARD_TEST_TLS_CA="$TLS_DIR/ca.crt"
   export SYNCGUARD_TEST_TLS_OTHER_CA="$TLS_DIR/other-ca.crt"
+  export SYNCGUARD_TEST_TLS_CERT="$TLS_DIR/server.crt"
+  export SYNCGUARD_TEST_TLS_KEY="$TLS_DIR/server.key"
 }
 
 start_postgres() {

@@ -256,10 +256,11 @@ impl RedisConfig {
     }
 
     /// Trusts only the CA certificates in `pem` (one or more, PEM-encoded) for a `rediss://`
-    /// URL, instead of the Mozilla root certificates: for a server whose certificate comes
-    /// from a private CA. The host name is still verified. Feature `redis-tls`. Only for
-    /// [`connect_with`](super::RedisBackend::connect_with), with a `rediss://` URL:
-    /// [`new`](super::RedisBackend::new) refuses a configuration that sets it.
+    /// (or `rediss-cluster://`) URL, instead of the Mozilla root certificates: for a server
+    /// whose certificate comes from a private CA. The host name is still verified. Feature
+    /// `redis-tls`. Only for [`connect_with`](super::RedisBackend::connect_with), with a
+    /// `rediss://` or `rediss-cluster://` URL (a `redis://` or `redis-cluster://` one is
+    /// refused): [`new`](super::RedisBackend::new) refuses a configuration that sets it.
     ///
     /// ```no_run
     /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {

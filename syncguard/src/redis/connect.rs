@@ -204,6 +204,14 @@ async fn connect_cluster(url: &str, config: RedisConfig) -> Result<RedisBackend,
             .max_retry_wait(max_wait);
     #[cfg(feature = "redis-tls")]
     let builder = match config.tls_root_certs() {
+        // redis-rs would turn TLS on for any URL given certificates: a redis-cluster:// URL
+        // (no TLS) with them is refused, as a redis:// one is.
+        Some(_) if !parsed.tls => {
+            return Err(LockError::invalid_argument(
+                "RedisConfig::with_tls_root_certs needs a rediss-cluster:// URL (TLS); \
+                 redis-cluster:// connects without TLS",
+            ));
+        }
         Some(pem) => builder.certs(::redis::TlsCertificates {
             client_tls: None,
             root_cert: Some(pem.to_vec()),
@@ -223,12 +231,9 @@ async fn connect_cluster(url: &str, config: RedisConfig) -> Result<RedisBackend,
         )
         .with_source(driver_error(error))
     })?;
-    // The release subscriber listens on the first seed node: a PUBLISH reaches every node of
-    // a cluster.
-    let subscriber = ::redis::Client::open(parsed.nodes[0].as_str()).map_err(|error| {
-        LockError::invalid_argument("invalid Redis Cluster node address")
-            .with_source(driver_error(error))
-    })?;
+    // The release subscriber listens on the first seed node (a PUBLISH reaches every node of
+    // a cluster), and connects as the cluster connection does: with its TLS root certificates.
+    let subscriber = self::client(&parsed.nodes[0], &config)?;
     let config = match config.layout() {
         None => config.with_layout(RedisLayout::Cluster),
         Some(_) => config,
@@ -236,15 +241,46 @@ async fn connect_cluster(url: &str, config: RedisConfig) -> Result<RedisBackend,
     #[cfg(feature = "redis-tls")]
     install_crypto_provider();
     let opened = async {
-        let cluster = client
-            .get_async_connection()
-            .await
-            .map_err(map_redis_error)?;
+        let cluster = match client.get_async_connection().await {
+            Ok(cluster) => cluster,
+            Err(error) => return Err(no_seed_reached(error, &subscriber, &config).await),
+        };
         let backend = RedisBackend::with_conn(Conn::Cluster(cluster), &config, Some(subscriber))?;
         backend.load_scripts().await?;
         Ok(backend)
     };
     within_connect_bound(&config, opened).await
+}
+
+/// Why a cluster connection reached none of the seed nodes. redis-rs keeps only the text of
+/// the nodes' errors, so a rejected certificate would read as an unreachable server: over TLS,
+/// a connection to the first seed alone (as the release subscriber makes) shows whether TLS is
+/// what failed, and the error then says so, with the rustls error as its source.
+#[cfg(feature = "redis-cluster")]
+async fn no_seed_reached(
+    error: ::redis::RedisError,
+    first_seed: &::redis::Client,
+    config: &RedisConfig,
+) -> LockError {
+    #[cfg(feature = "redis-tls")]
+    if matches!(
+        first_seed.get_connection_info().addr(),
+        ::redis::ConnectionAddr::TcpTls { .. }
+    ) {
+        let settings = ::redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(config.connect_timeout()))
+            .set_response_timeout(Some(config.operation_timeout()));
+        if let Err(seed_error) = first_seed
+            .get_multiplexed_async_connection_with_config(&settings)
+            .await
+            && crate::tls::rustls_error(&seed_error).is_some()
+        {
+            return map_redis_error(seed_error);
+        }
+    }
+    #[cfg(not(feature = "redis-tls"))]
+    let _ = (first_seed, config);
+    map_redis_error(error)
 }
 
 /// Without the `redis-cluster` feature, a cluster URL says which feature it needs.

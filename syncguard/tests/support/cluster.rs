@@ -17,6 +17,15 @@
 //! ([`RedisCluster::wait_until_stable`]); the topology queries read the first reachable node's
 //! `CLUSTER NODES`. Every wait gives up with a panic naming what did not happen after
 //! [`PATIENCE`].
+//!
+//! [`RedisCluster::start_tls`] starts one whose nodes serve clients over TLS only (no plain
+//! port), announce their TLS ports, and speak TLS to each other; everything above works on it
+//! the same, over TLS (it needs the `redis-tls` feature):
+//!
+//! ```ignore
+//! let cluster = RedisCluster::start_tls(3, 0, ClusterTls::from_env()).await;
+//! let url = cluster.url(); // rediss-cluster://127.0.0.1:<tls port>,...
+//! ```
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -41,8 +50,8 @@ use redis::{FromRedisValue, RedisResult};
 use tokio::time::{Instant, timeout};
 
 pub use migration::SlotMigration;
-pub use node::Node;
 use node::{COMMAND_TIMEOUT, NodeConnections};
+pub use node::{ClusterTls, Node};
 use processes::{HOW_TO_RUN, env, free_ports, scratch_dir, signal, signal_quietly};
 use view::ClusterView;
 
@@ -64,9 +73,26 @@ struct Process {
 }
 
 impl Process {
-    fn spawn(&mut self) {
-        let child = Command::new(env("SYNCGUARD_REDIS_SERVER_BIN"))
-            .args(["--port", &self.node.port.to_string(), "--bind", "127.0.0.1"])
+    /// Starts the node: serving clients on its port, or, with `tls`, on its port over TLS only.
+    fn spawn(&mut self, tls: Option<&ClusterTls>) {
+        let mut command = Command::new(env("SYNCGUARD_REDIS_SERVER_BIN"));
+        let port = self.node.port.to_string();
+        match tls {
+            None => command.args(["--port", &port]),
+            Some(tls) => command
+                .args(["--port", "0", "--tls-port", &port])
+                .arg("--tls-cert-file")
+                .arg(&tls.cert)
+                .arg("--tls-key-file")
+                .arg(&tls.key)
+                .arg("--tls-ca-cert-file")
+                .arg(&tls.ca)
+                // TLS on the cluster bus and for replication too; clients need no certificate.
+                .args(["--tls-cluster", "yes", "--tls-replication", "yes"])
+                .args(["--tls-auth-clients", "no"]),
+        };
+        let child = command
+            .args(["--bind", "127.0.0.1"])
             // A bus port of its own: the default, port + 10000, can lie past 65535.
             .args(["--cluster-enabled", "yes", "--cluster-port"])
             .arg(self.bus_port.to_string())
@@ -111,6 +137,8 @@ pub struct RedisCluster {
     seeds: Vec<Node>,
     /// The connections [`query`](Self::query) keeps, one per node.
     connections: NodeConnections,
+    /// Set when the nodes serve clients over TLS only.
+    tls: Option<ClusterTls>,
 }
 
 impl RedisCluster {
@@ -118,6 +146,16 @@ impl RedisCluster {
     /// `replicas_each` replicas each, created with `redis-cli --cluster create`; returns once
     /// every node serves all slots and agrees on the layout.
     pub async fn start(primaries: usize, replicas_each: usize) -> Self {
+        Self::start_with(primaries, replicas_each, None).await
+    }
+
+    /// [`start`](Self::start), with nodes that serve clients over TLS only, with `tls`'s
+    /// certificate (see [`ClusterTls`]); [`url`](Self::url) is then `rediss-cluster://`.
+    pub async fn start_tls(primaries: usize, replicas_each: usize, tls: ClusterTls) -> Self {
+        Self::start_with(primaries, replicas_each, Some(tls)).await
+    }
+
+    async fn start_with(primaries: usize, replicas_each: usize, tls: Option<ClusterTls>) -> Self {
         assert!(
             primaries >= 3,
             "a Redis Cluster needs at least 3 primaries, asked for {primaries}"
@@ -143,10 +181,13 @@ impl RedisCluster {
             dir,
             processes: Mutex::new(processes),
             seeds: Vec::new(),
-            connections: NodeConnections::default(),
+            connections: NodeConnections::new(tls.clone()),
+            tls,
         };
         // Spawned once the cluster owns them: if one fails to start, dropping it kills the rest.
-        cluster.processes().iter_mut().for_each(Process::spawn);
+        for process in cluster.processes().iter_mut() {
+            process.spawn(cluster.tls.as_ref());
+        }
         for node in cluster.nodes() {
             cluster.wait_until_answering(node).await;
         }
@@ -178,6 +219,9 @@ impl RedisCluster {
 
     async fn create(&self, replicas_each: usize) {
         let mut command = tokio::process::Command::new(env("SYNCGUARD_REDIS_CLI_BIN"));
+        if let Some(tls) = &self.tls {
+            command.args(["--tls", "--cacert"]).arg(&tls.ca);
+        }
         command
             .args(["--cluster", "create"])
             .args(self.nodes().iter().map(|node| node.addr()))
@@ -201,10 +245,20 @@ impl RedisCluster {
         );
     }
 
-    /// `redis-cluster://` and the primaries, as seeds, when it started.
+    /// `redis-cluster://` (`rediss-cluster://` for a TLS cluster) and the primaries, as
+    /// seeds, when it started.
     pub fn url(&self) -> String {
         let seeds: Vec<String> = self.seeds.iter().map(|node| node.addr()).collect();
-        format!("redis-cluster://{}", seeds.join(","))
+        let scheme = match self.tls {
+            None => "redis-cluster",
+            Some(_) => "rediss-cluster",
+        };
+        format!("{scheme}://{}", seeds.join(","))
+    }
+
+    /// What the nodes serve with, for a TLS cluster.
+    pub fn tls(&self) -> Option<&ClusterTls> {
+        self.tls.as_ref()
     }
 
     /// Every node, whatever its role or state, in the order they started.
@@ -248,9 +302,9 @@ impl RedisCluster {
         Node { port }
     }
 
-    /// A plain connection to one node (no redirections followed).
+    /// A connection to one node (no redirections followed): over TLS for a TLS cluster.
     pub async fn connect(&self, node: Node) -> MultiplexedConnection {
-        (node.connect().await).unwrap_or_else(|e| panic!("connect to {node}: {e}"))
+        (self.connections.open(node).await).unwrap_or_else(|e| panic!("connect to {node}: {e}"))
     }
 
     /// A manual failover (`CLUSTER FAILOVER` on `replica`, which waits until it has all its
@@ -327,7 +381,7 @@ impl RedisCluster {
             let mut processes = self.processes();
             let process = find(&mut processes, node);
             assert!(process.child.is_none(), "{node} is running: kill it first");
-            process.spawn();
+            process.spawn(self.tls.as_ref());
         }
         self.wait_until_answering(node).await;
         self.wait_until_stable().await;

@@ -1,7 +1,9 @@
-//! A node of a test's Redis Cluster, and the connections kept to each.
+//! A node of a test's Redis Cluster, the connections kept to each, and the files of a cluster
+//! whose nodes serve clients over TLS only.
 
 use std::collections::HashMap;
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -32,14 +34,74 @@ impl Node {
         format!("redis://{}", self.addr())
     }
 
-    /// A plain connection to this node alone, within [`COMMAND_TIMEOUT`].
+    /// A plain connection to this node alone, within [`COMMAND_TIMEOUT`] (a node of a TLS
+    /// cluster has no plain port: see [`RedisCluster::connect`](super::RedisCluster::connect)).
     pub async fn connect(self) -> RedisResult<MultiplexedConnection> {
+        self.connect_over(None).await
+    }
+
+    /// A connection to this node alone, within [`COMMAND_TIMEOUT`]: over TLS, trusting the CA
+    /// of `tls`, when given.
+    pub(super) async fn connect_over(
+        self,
+        tls: Option<&ClusterTls>,
+    ) -> RedisResult<MultiplexedConnection> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(COMMAND_TIMEOUT))
             .set_response_timeout(Some(COMMAND_TIMEOUT));
-        redis::Client::open(self.url())?
+        let client = match tls {
+            None => redis::Client::open(self.url())?,
+            Some(tls) => tls.client(self)?,
+        };
+        client
             .get_multiplexed_async_connection_with_config(&config)
             .await
+    }
+}
+
+/// What the nodes of a TLS cluster serve with: they listen for clients on their TLS port only
+/// (`--port 0`), and speak TLS to each other on the cluster bus and for replication.
+#[derive(Debug, Clone)]
+pub struct ClusterTls {
+    /// The PEM certificate each node presents (for 127.0.0.1).
+    pub cert: PathBuf,
+    /// Its PEM private key.
+    pub key: PathBuf,
+    /// The PEM certificate of the CA that signed `cert`, which the nodes, `redis-cli` and the
+    /// support's own connections trust.
+    pub ca: PathBuf,
+}
+
+impl ClusterTls {
+    /// The test CA and its certificate for 127.0.0.1 that `scripts/services.sh` makes
+    /// (`SYNCGUARD_TEST_TLS_CA`, `SYNCGUARD_TEST_TLS_CERT`, `SYNCGUARD_TEST_TLS_KEY`).
+    pub fn from_env() -> Self {
+        use super::processes::env;
+        Self {
+            cert: env("SYNCGUARD_TEST_TLS_CERT").into(),
+            key: env("SYNCGUARD_TEST_TLS_KEY").into(),
+            ca: env("SYNCGUARD_TEST_TLS_CA").into(),
+        }
+    }
+
+    /// `rediss://127.0.0.1:<port>`, trusting the CA only.
+    #[cfg(feature = "redis-tls")]
+    fn client(&self, node: Node) -> RedisResult<redis::Client> {
+        // As syncguard does (the dev build has two rustls providers, so none is the default);
+        // an error only says that one is in place already.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let root_cert = std::fs::read(&self.ca)
+            .unwrap_or_else(|e| panic!("read the CA {}: {e}", self.ca.display()));
+        let certificates = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(root_cert),
+        };
+        redis::Client::build_with_tls(format!("rediss://{}", node.addr()), certificates)
+    }
+
+    #[cfg(not(feature = "redis-tls"))]
+    fn client(&self, _node: Node) -> RedisResult<redis::Client> {
+        panic!("a TLS cluster needs syncguard's redis-tls feature (run with --all-features)")
     }
 }
 
@@ -53,9 +115,23 @@ impl fmt::Display for Node {
 #[derive(Default)]
 pub struct NodeConnections {
     kept: Mutex<HashMap<Node, MultiplexedConnection>>,
+    /// Set for a TLS cluster: every connection is TLS.
+    tls: Option<ClusterTls>,
 }
 
 impl NodeConnections {
+    pub fn new(tls: Option<ClusterTls>) -> Self {
+        Self {
+            kept: Mutex::default(),
+            tls,
+        }
+    }
+
+    /// A fresh connection to `node` alone, over TLS for a TLS cluster.
+    pub async fn open(&self, node: Node) -> RedisResult<MultiplexedConnection> {
+        node.connect_over(self.tls.as_ref()).await
+    }
+
     /// One command to one node, within [`COMMAND_TIMEOUT`], on a connection kept for the
     /// next (the waits here ask every node several times a second).
     pub async fn query<T: FromRedisValue>(
@@ -77,7 +153,7 @@ impl NodeConnections {
             }
         }
         self.forget(node);
-        let mut connection = node.connect().await?;
+        let mut connection = self.open(node).await?;
         self.kept().insert(node, connection.clone());
         command.query_async(&mut connection).await
     }
