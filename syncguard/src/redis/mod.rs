@@ -141,7 +141,10 @@
 //! ```
 //!
 //! A cluster connection of yours (`redis::cluster_async::ClusterConnection`) goes to
-//! [`RedisBackend::new`] as it is.
+//! [`RedisBackend::new`] as it is. Over TLS (`rediss-cluster://`, feature `redis-tls`) the
+//! nodes must announce their TLS ports to clients (`tls-port` with `tls-cluster yes`);
+//! `RedisConfig::with_tls_root_certs` then covers every node and the release subscriber, and
+//! is refused with a plain `redis-cluster://` URL.
 //!
 //! - **Batching.** Calls made at the same moment are batched per lock key (hence per slot):
 //!   on a hot key they share script calls as on one server; on distinct keys each goes in its
