@@ -307,6 +307,8 @@ mod known;
 mod operations;
 mod orphans;
 mod scripts;
+#[cfg(feature = "redis-cluster")]
+mod shard_subscriber;
 mod subscriber;
 
 use std::fmt;
@@ -331,7 +333,7 @@ use keys::Layout;
 /// The redis-rs crate this backend is built with, so that your `ConnectionManager` and
 /// `Client` are of the same version.
 pub use redis;
-use subscriber::ReleaseSubscriber;
+use subscriber::{ReleaseSubscriber, Source};
 
 /// Distributed locks on Redis: Lua scripts by FCALL or EVALSHA (concurrent acquire, release and extend
 /// calls batched into one), server time (`TIME`) as the time authority, fences from `INCR`.
@@ -420,14 +422,18 @@ impl RedisBackend {
         if matches!(conn, Conn::Pool(_)) {
             install_crypto_provider();
         }
-        Self::with_conn(conn, &config, release_client)
+        Self::with_conn(
+            conn,
+            &config,
+            release_client.map(|client| Source::Server(Box::new(client))),
+        )
     }
 
-    /// `client`: the client the release subscriber connects with (`None`: none, waiters poll).
+    /// `client`: where the release subscriber connects (`None`: nowhere, waiters poll).
     fn with_conn(
         conn: Conn,
         config: &RedisConfig,
-        client: Option<::redis::Client>,
+        client: Option<Source>,
     ) -> Result<Self, LockError> {
         config.validate()?;
         let kind = match (config.layout(), conn.is_cluster()) {
@@ -440,10 +446,11 @@ impl RedisBackend {
         let header = batch::Header {
             per_key_calls: conn.is_cluster(),
             index_prefix: layout.index_prefix().into(),
-            release_channel: if config.release_notifications() {
-                layout.release_channel().into()
-            } else {
-                "".into()
+            release_channel: match (config.release_notifications(), conn.is_cluster()) {
+                (false, _) => "".into(),
+                (true, false) => layout.release_channel().into(),
+                // Each lock's own shard channel, `<lock key>:released` (see batch.lua).
+                (true, true) => format!("{{}}{}", layout.release_channel()).into(),
             },
             function: batch_function::BatchFunction::default(),
         };

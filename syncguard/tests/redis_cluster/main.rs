@@ -19,6 +19,7 @@ mod batching;
 mod conformance;
 mod connection;
 mod support_check;
+mod waiting;
 
 use syncguard::redis::RedisBackend;
 
