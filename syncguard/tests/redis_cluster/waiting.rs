@@ -260,6 +260,20 @@ impl OwnCluster {
         }
     }
 
+    /// A key whose lock another primary serves.
+    async fn key_elsewhere(&self) -> String {
+        loop {
+            let key = unique("elsewhere");
+            let slot = self
+                .cluster
+                .slot_of(&self.holder.lock_key(&key).unwrap())
+                .await;
+            if self.cluster.owner_of_slot(slot).await != self.primary {
+                return key;
+            }
+        }
+    }
+
     /// A waiter of the waiting backend, once it listens on `node`.
     async fn waiter_listening_on(&self, node: Node) -> JoinHandle<Result<LockGuard, LockError>> {
         let waiter = spawn_waiter(&self.waiting, &self.key, waiting_every(SLOW_POLL));
@@ -303,6 +317,13 @@ async fn a_waiter_is_resubscribed_after_its_locks_primary_died() {
         panic!("{} is free", own.key);
     };
     let waiter = own.waiter_listening_on(own.primary).await;
+    // The backend also waits on a lock of another primary: redis-rs's own resubscription
+    // (one SSUBSCRIBE for every channel) is then refused (CROSSSLOT).
+    let other = own.key_elsewhere().await;
+    let other_guard = syncguard::acquire(&own.holder, &other, &LockOptions::default())
+        .await
+        .unwrap();
+    let other_waiter = spawn_waiter(&own.waiting, &other, waiting_every(SLOW_POLL));
     // The grant reaches the replica before the primary dies.
     let mut on_replica = own.cluster.connect(own.replica).await;
     let _: () = redis::cmd("READONLY")
@@ -333,6 +354,33 @@ async fn a_waiter_is_resubscribed_after_its_locks_primary_died() {
     let guard = taken(waiter, PROMPT).await;
     println!(
         "woken {:?} after the release, after the primary died",
+        released.elapsed()
+    );
+    guard.release().await.unwrap();
+    other_guard.release().await.unwrap();
+    taken(other_waiter, PROMPT).await.release().await.unwrap();
+}
+
+/// When the slot of a waited-on lock moves to another primary (with the lock), the server
+/// unsubscribes the waiter's backend there, the backend subscribes on the new owner, and a
+/// release there wakes the waiter long before its poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_follows_its_locks_slot_to_another_primary() {
+    let own = OwnCluster::start("moved").await;
+    let guard = syncguard::acquire(&own.holder, &own.key, &LockOptions::default())
+        .await
+        .unwrap();
+    let waiter = own.waiter_listening_on(own.primary).await;
+    let primaries = own.cluster.primaries().await;
+    let target = *primaries.iter().find(|p| **p != own.primary).unwrap();
+
+    own.cluster.migrate_slot(own.slot, target).await;
+    until_shard_channel(&mut own.cluster.connect(target).await, &own.channel, true).await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let guard = taken(waiter, PROMPT).await;
+    println!(
+        "woken {:?} after the release, after the slot moved",
         released.elapsed()
     );
     guard.release().await.unwrap();
