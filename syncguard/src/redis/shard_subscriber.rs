@@ -26,6 +26,7 @@ use ::redis::cluster_async::ClusterConnection;
 use ::redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
 use ::redis::{PushInfo, PushKind, RedisResult, Value};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 
 use super::config::NetConfig;
@@ -139,6 +140,7 @@ pub(super) async fn keep_subscribed(
         net,
         notifier,
         channels: &mut channels,
+        unsubscribing: JoinSet::new(),
     };
     subscriber.run(&mut changes, pushes).await
 }
@@ -221,6 +223,8 @@ struct Subscriber<'a, 'b> {
     net: NetConfig,
     notifier: &'a ReleaseNotifier,
     channels: &'a mut Channels<'b>,
+    /// The `SUNSUBSCRIBE`s under way (ended with the subscriber).
+    unsubscribing: JoinSet<()>,
 }
 
 impl Subscriber<'_, '_> {
@@ -252,9 +256,7 @@ impl Subscriber<'_, '_> {
                         next = changes.try_recv().ok();
                     }
                     for channel in unsubscribe {
-                        // A failure leaves a channel nobody listens to: its messages wake
-                        // nobody.
-                        let _ = timeout(self.net.response_timeout, self.conn.sunsubscribe(&channel)).await;
+                        self.unsubscribe(channel);
                     }
                     if !self.channels.unconfirmed.is_empty() && retry_at.is_none() {
                         retry_at = Some(Instant::now());
@@ -280,6 +282,7 @@ impl Subscriber<'_, '_> {
                         pause = pause.saturating_mul(2).min(LONGEST_PAUSE);
                     }
                 }
+                Some(_) = self.unsubscribing.join_next() => {}
                 () = sleep_until(silent_since + CHECK_AFTER_SILENCE) => {
                     silent_since = Instant::now();
                     if !self.channels.wanted.is_empty() && !self.primaries_answer().await {
@@ -323,14 +326,31 @@ impl Subscriber<'_, '_> {
         }
     }
 
-    /// Sends `SSUBSCRIBE` for every unconfirmed channel; whether all took effect. The first
-    /// waiter of each key of a channel that took effect tries its lock, in case its release
-    /// went by before (every key's, when releases may have been `missed` on every channel).
+    /// Sends `SSUBSCRIBE` for every unconfirmed channel, all at once (so that a node out of
+    /// reach holds the round up for one operation timeout, however many channels it serves);
+    /// whether all took effect. The first waiter of each key of a channel that took effect
+    /// tries its lock, in case its release went by before (every key's, when releases may
+    /// have been `missed` on every channel).
     async fn subscribe_unconfirmed(&mut self, missed: bool) -> bool {
-        let channels: Vec<String> = self.channels.unconfirmed.iter().cloned().collect();
+        let mut round = JoinSet::new();
+        for channel in &self.channels.unconfirmed {
+            let (mut conn, channel, within) = (
+                self.conn.clone(),
+                channel.clone(),
+                self.net.response_timeout,
+            );
+            round.spawn(async move {
+                let subscribed = timeout(within, conn.ssubscribe(&channel)).await;
+                (channel, subscribed)
+            });
+        }
         let mut all = true;
-        for channel in channels {
-            match timeout(self.net.response_timeout, self.conn.ssubscribe(&channel)).await {
+        while let Some(done) = round.join_next().await {
+            let Ok((channel, subscribed)) = done else {
+                all = false;
+                continue;
+            };
+            match subscribed {
                 Ok(Ok(())) => {
                     self.channels.unconfirmed.remove(&channel);
                     if !missed && let Some(keys) = self.channels.wanted.get(&channel) {
@@ -355,6 +375,17 @@ impl Subscriber<'_, '_> {
             self.notifier.missed_releases();
         }
         all
+    }
+
+    /// Sends `SUNSUBSCRIBE` for `channel` without waiting for it. A failure leaves a channel
+    /// nobody here listens to: its messages wake nobody. (A later `SSUBSCRIBE` of the channel
+    /// that the server runs first is undone, and the server's unsubscribe push then has it
+    /// subscribed again.)
+    fn unsubscribe(&mut self, channel: String) {
+        let (mut conn, within) = (self.conn.clone(), self.net.response_timeout);
+        self.unsubscribing.spawn(async move {
+            let _ = timeout(within, conn.sunsubscribe(&channel)).await;
+        });
     }
 
     /// Whether every primary answers a `PING` within the operation timeout.
