@@ -385,3 +385,31 @@ async fn a_waiter_follows_its_locks_slot_to_another_primary() {
     );
     guard.release().await.unwrap();
 }
+
+/// An observer of a key subscribes its backend to the key's shard channel from the start; when
+/// the last clone of the backend is dropped, its subscriber connection closes (the channel is
+/// gone from the node), although the observer lives on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_backend_closes_its_shard_subscriptions() {
+    let backend = RedisBackend::connect(&cluster_url()).await.unwrap();
+    let key = unique("dropped");
+    let channel = shard_channel(&backend, &key);
+    let owners = slot_owners().await;
+    let mut owner = node(&owner(&backend, &key, &owners).await).await;
+    let notifier = backend
+        .release_notifier()
+        .expect("release notifications are on");
+    let observer = notifier.subscribe(&key);
+    until_shard_channel(&mut owner, &channel, true).await;
+
+    let clone = backend.clone();
+    drop(backend);
+    sleep(Duration::from_millis(200)).await;
+    assert!(
+        has_shard_channel(&mut owner, &channel).await,
+        "a clone still holds the backend"
+    );
+    drop(clone);
+    until_shard_channel(&mut owner, &channel, false).await;
+    drop(observer);
+}
