@@ -287,10 +287,12 @@
 //!   acquire attempt of its first waiter, once subscribed), each on the key's node. One more
 //!   connection per node per backend, once something waits.
 //! - **Fallback.** Where `SPUBLISH` is refused (a server before Redis 7, or a user not
-//!   permitted it), the release publishes on the classic channel `<prefix>:released` instead,
-//!   which a subscriber of yours on any node hears; this backend's waiters then poll (at the
-//!   retry policy's delays and at the holder's lease end), as they do while a subscription is
-//!   being made again or cannot be.
+//!   permitted it), the release publishes on the classic channel `<prefix>:released` instead;
+//!   where `SSUBSCRIBE` is refused, the subscriber subscribes to that channel (on one node,
+//!   through its cluster connection) and stays there: waiters wake as they did before sharded
+//!   Pub/Sub, each release sent to every node. Releases are hints as on one server: waiters
+//!   also poll (at the retry policy's delays and at the holder's lease end), and do meanwhile
+//!   while a subscription is being made again or cannot be.
 //! - **Permissions.** With ACLs the user needs `SPUBLISH` and `SSUBSCRIBE`/`SUNSUBSCRIBE` on
 //!   the shard channels, `&<prefix>:{*}:released` (e.g. `&syncguard:{*}:released`), on every
 //!   node (ACLs are per node).

@@ -16,6 +16,10 @@
 //! send `SSUBSCRIBE` again for each channel concerned, each to its slot's current node (redis-rs
 //! follows `MOVED` and refreshes its slot map), retried at doubling pauses while it fails;
 //! then the first waiter of every key tries its lock.
+//!
+//! Where the server refuses `SSUBSCRIBE` (before Redis 7, or an ACL), the subscriber listens
+//! on the classic channel `<prefix>:released` instead, where the batch script publishes when
+//! its `SPUBLISH` is refused too.
 
 use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
@@ -24,7 +28,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use ::redis::cluster::ClusterClient;
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
-use ::redis::{PushInfo, PushKind, RedisResult, Value};
+use ::redis::{PushInfo, PushKind, RedisError, RedisResult, Value};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
@@ -145,6 +149,15 @@ pub(super) async fn keep_subscribed(
     subscriber.run(&mut changes, pushes).await
 }
 
+/// Whether the server refused a command as such (unknown before Redis 7, or not permitted),
+/// rather than failing to run it.
+fn is_refused(error: &RedisError) -> bool {
+    error.code() == Some("NOPERM")
+        || error
+            .detail()
+            .is_some_and(|detail| detail.to_ascii_lowercase().contains("unknown command"))
+}
+
 /// Opens the subscriber's cluster connection within the connect timeout.
 async fn open(
     source: &ClusterSource,
@@ -164,13 +177,17 @@ async fn open(
 }
 
 /// The shard channels wanted (those of the keys waited on), and which of them are not known to
-/// be subscribed.
+/// be subscribed; or, where sharded Pub/Sub is refused, the classic channel.
 struct Channels<'a> {
     layout: &'a Layout,
     /// Channel -> the keys waited on that publish there (one, unless two keys' tags collide).
     wanted: HashMap<String, HashSet<String>>,
-    /// Wanted channels whose `SSUBSCRIBE` is to be sent (again).
+    /// Channels whose `SSUBSCRIBE` (`SUBSCRIBE` for the classic one) is to be sent (again).
     unconfirmed: HashSet<String>,
+    /// Whether the server refused `SSUBSCRIBE` (before Redis 7, or an ACL): the subscriber
+    /// then stays subscribed to the classic channel, `<prefix>:released`, which the releases
+    /// publish on where their `SPUBLISH` is refused too.
+    classic: bool,
 }
 
 impl<'a> Channels<'a> {
@@ -179,7 +196,16 @@ impl<'a> Channels<'a> {
             layout,
             wanted: HashMap::new(),
             unconfirmed: HashSet::new(),
+            classic: false,
         }
+    }
+
+    /// From now on, the classic channel only.
+    fn go_classic(&mut self) {
+        self.classic = true;
+        self.unconfirmed.clear();
+        self.unconfirmed
+            .insert(self.layout.release_channel().to_owned());
     }
 
     /// `<lock key>:released`: the shard channel of a key, in its lock key's slot.
@@ -195,7 +221,7 @@ impl<'a> Channels<'a> {
         let channel = self.channel_of(&key)?;
         if listen {
             let keys = self.wanted.entry(channel.clone()).or_default();
-            if keys.is_empty() {
+            if keys.is_empty() && !self.classic {
                 self.unconfirmed.insert(channel);
             }
             keys.insert(key);
@@ -208,12 +234,17 @@ impl<'a> Channels<'a> {
         }
         self.wanted.remove(&channel);
         self.unconfirmed.remove(&channel);
-        Some(channel)
+        (!self.classic).then_some(channel)
     }
 
-    /// Every wanted channel is to be subscribed again.
+    /// Every wanted channel (the classic one) is to be subscribed again.
     fn all_unconfirmed(&mut self) {
-        self.unconfirmed.extend(self.wanted.keys().cloned());
+        if self.classic {
+            self.unconfirmed
+                .insert(self.layout.release_channel().to_owned());
+        } else {
+            self.unconfirmed.extend(self.wanted.keys().cloned());
+        }
     }
 }
 
@@ -314,13 +345,19 @@ impl Subscriber<'_, '_> {
             }
             // The server unsubscribed a channel still wanted: its slot moved, or its node is a
             // replica now. (Our own SUNSUBSCRIBE's confirmation names a channel not wanted.)
-            (PushKind::SUnsubscribe, [Value::BulkString(channel), ..]) => {
+            (PushKind::SUnsubscribe, [Value::BulkString(channel), ..])
+                if !self.channels.classic =>
+            {
                 match std::str::from_utf8(channel) {
                     Ok(channel) if self.channels.wanted.contains_key(channel) => {
                         self.channels.unconfirmed.insert(channel.to_owned())
                     }
                     _ => false,
                 }
+            }
+            (PushKind::Unsubscribe, _) if self.channels.classic => {
+                self.channels.all_unconfirmed();
+                true
             }
             _ => false,
         }
@@ -332,49 +369,63 @@ impl Subscriber<'_, '_> {
     /// tries its lock, in case its release went by before (every key's, when releases may
     /// have been `missed` on every channel).
     async fn subscribe_unconfirmed(&mut self, missed: bool) -> bool {
-        let mut round = JoinSet::new();
-        for channel in &self.channels.unconfirmed {
-            let (mut conn, channel, within) = (
-                self.conn.clone(),
-                channel.clone(),
-                self.net.response_timeout,
-            );
-            round.spawn(async move {
-                let subscribed = timeout(within, conn.ssubscribe(&channel)).await;
-                (channel, subscribed)
-            });
-        }
-        let mut all = true;
-        while let Some(done) = round.join_next().await {
-            let Ok((channel, subscribed)) = done else {
-                all = false;
-                continue;
-            };
-            match subscribed {
-                Ok(Ok(())) => {
-                    self.channels.unconfirmed.remove(&channel);
-                    if !missed && let Some(keys) = self.channels.wanted.get(&channel) {
-                        for key in keys {
-                            self.notifier.released(key);
+        loop {
+            let classic = self.channels.classic;
+            let mut round = JoinSet::new();
+            for channel in &self.channels.unconfirmed {
+                let (mut conn, channel) = (self.conn.clone(), channel.clone());
+                let within = self.net.response_timeout;
+                round.spawn(async move {
+                    let subscribed = if classic {
+                        timeout(within, conn.subscribe(&channel)).await
+                    } else {
+                        timeout(within, conn.ssubscribe(&channel)).await
+                    };
+                    (channel, subscribed)
+                });
+            }
+            let mut all = true;
+            let mut refused = false;
+            while let Some(done) = round.join_next().await {
+                let Ok((channel, subscribed)) = done else {
+                    all = false;
+                    continue;
+                };
+                match subscribed {
+                    Ok(Ok(())) => {
+                        self.channels.unconfirmed.remove(&channel);
+                        if !missed && let Some(keys) = self.channels.wanted.get(&channel) {
+                            for key in keys {
+                                self.notifier.released(key);
+                            }
                         }
                     }
-                }
-                Ok(Err(error)) => {
-                    all = false;
-                    tracing::debug!(%error, "syncguard: SSUBSCRIBE to a lock's release channel failed; its waiters poll until it works");
-                }
-                Err(_) => {
-                    all = false;
-                    tracing::debug!(
-                        "syncguard: SSUBSCRIBE to a lock's release channel was not confirmed in time"
-                    );
+                    Ok(Err(error)) if !classic && is_refused(&error) => refused = true,
+                    Ok(Err(error)) => {
+                        all = false;
+                        tracing::debug!(%error, "syncguard: subscribing to lock releases failed; waiters poll until it works");
+                    }
+                    Err(_) => {
+                        all = false;
+                        tracing::debug!(
+                            "syncguard: subscribing to lock releases was not confirmed in time"
+                        );
+                    }
                 }
             }
+            if refused {
+                tracing::warn!(
+                    "syncguard: the Redis Cluster refuses SSUBSCRIBE (before Redis 7, or an ACL); \
+                     listening for lock releases on the classic channel instead"
+                );
+                self.channels.go_classic();
+                continue;
+            }
+            if missed || classic {
+                self.notifier.missed_releases();
+            }
+            return all;
         }
-        if missed {
-            self.notifier.missed_releases();
-        }
-        all
     }
 
     /// Sends `SUNSUBSCRIBE` for `channel` without waiting for it. A failure leaves a channel

@@ -87,6 +87,21 @@ async fn calls(conn: &mut MultiplexedConnection, command: &str) -> u64 {
         .map_or(0, |n| n.parse().unwrap())
 }
 
+/// How many connections subscribe to the classic `channel`, on all nodes of the shared cluster.
+async fn classic_listeners(channel: &str) -> i64 {
+    let mut total = 0;
+    for addr in urls::redis_cluster_nodes() {
+        let (_, listeners): (String, i64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query_async(&mut node(&addr).await)
+            .await
+            .unwrap();
+        total += listeners;
+    }
+    total
+}
+
 /// The primary serving each slot range of the shared cluster (`CLUSTER NODES` of any node).
 async fn slot_owners() -> Vec<(u16, u16, String)> {
     let any = &urls::redis_cluster_nodes()[0];
@@ -412,4 +427,61 @@ async fn a_dropped_backend_closes_its_shard_subscriptions() {
     drop(clone);
     until_shard_channel(&mut owner, &channel, false).await;
     drop(observer);
+}
+
+/// Where the server refuses sharded Pub/Sub (before Redis 7, or here an ACL without `SPUBLISH`
+/// and `SSUBSCRIBE`), releases go by the classic channel and the backend listens there: a
+/// waiter is still woken long before its poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_sharded_pub_sub_the_classic_channel_wakes_waiters() {
+    let user = format!("sg-classic-{}", syncguard::LockId::generate());
+    for addr in urls::redis_cluster_nodes() {
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(&user)
+            .arg("on")
+            .arg(">pw")
+            .arg("~*")
+            .arg("&*")
+            .arg("+@all")
+            .arg("-spublish")
+            .arg("-ssubscribe")
+            .query_async(&mut node(&addr).await)
+            .await
+            .unwrap();
+    }
+    let url = cluster_url().replace("redis-cluster://", &format!("redis-cluster://{user}:pw@"));
+    let holder = RedisBackend::connect(&url).await.unwrap();
+    let waiting = RedisBackend::connect(&url).await.unwrap();
+    let key = unique("classic");
+    let guard = syncguard::acquire(&holder, &key, &LockOptions::default())
+        .await
+        .unwrap();
+    let waiter = spawn_waiter(&waiting, &key, waiting_every(SLOW_POLL));
+    // The waiter waits, and its backend has fallen back to the classic channel (on some node:
+    // classic subscriptions are counted where they are made).
+    let deadline = Instant::now() + SETTLE;
+    while classic_listeners(holder.release_channel()).await == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "nobody listens on the classic channel"
+        );
+        sleep(Duration::from_millis(20)).await;
+    }
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let guard = taken(waiter, PROMPT).await;
+    println!(
+        "woken {:?} after the release, by the classic channel",
+        released.elapsed()
+    );
+    guard.release().await.unwrap();
+    for addr in urls::redis_cluster_nodes() {
+        let _: () = redis::cmd("ACL")
+            .arg("DELUSER")
+            .arg(&user)
+            .query_async(&mut node(&addr).await)
+            .await
+            .unwrap();
+    }
 }
