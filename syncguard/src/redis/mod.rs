@@ -249,8 +249,9 @@
 //!   ignored) and waiters poll.
 //! - **A backend on a connection of yours** ([`RedisBackend::new`]) cannot tell where to
 //!   subscribe: its waiters poll unless given the client with
-//!   [`RedisConnection::with_release_client`]. On a cluster connection of yours the releases
-//!   are published to the shard channels, and the backend's waiters poll.
+//!   [`RedisConnection::with_release_client`]. On a cluster connection of yours that client
+//!   (of any node) is where the subscriber's own cluster connection starts from (see
+//!   [below](#on-a-redis-cluster)).
 //! - **Turning it off.** [`RedisConfig::with_release_notifications`]`(false)` turns both
 //!   halves off, as the PostgreSQL backend's switch of the same name does: the
 //!   backend publishes nothing and subscribes to nothing, and its waiters poll (at the retry
@@ -471,11 +472,9 @@ impl RedisBackend {
         if matches!(conn, Conn::Pool(_)) {
             install_crypto_provider();
         }
-        Self::with_conn(
-            conn,
-            &config,
-            release_client.map(|client| Source::Server(Box::new(client))),
-        )
+        let cluster = conn.is_cluster();
+        let source = release_client.map(|client| Source::from_client(client, cluster, &config));
+        Self::with_conn(conn, &config, source)
     }
 
     /// `client`: where the release subscriber connects (`None`: nowhere, waiters poll).

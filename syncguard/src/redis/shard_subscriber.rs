@@ -33,7 +33,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 
-use super::config::NetConfig;
+use super::config::{NetConfig, RedisConfig, RedisLayout};
 use super::error::map_redis_error;
 use super::keys::Layout;
 use super::subscriber::{CHECK_AFTER_SILENCE, FIRST_PAUSE, LONGEST_PAUSE};
@@ -61,6 +61,24 @@ impl ClusterSource {
             layout: Arc::new(layout),
             listener: Arc::default(),
         }
+    }
+
+    /// The subscriber of a backend on a cluster connection of the user's, which reaches the
+    /// cluster through `client`'s node (RESP3, the timeouts of `config`).
+    pub(super) fn seeded_by(client: &::redis::Client, config: &RedisConfig) -> Self {
+        let (node, net) = (client.get_connection_info().clone(), config.net());
+        let make_client: Arc<MakeClient> = Arc::new(move |pushes| {
+            ::redis::cluster::ClusterClientBuilder::new([node.clone()])
+                .connection_timeout(net.connection_timeout)
+                .response_timeout(net.response_timeout)
+                .use_protocol(::redis::ProtocolVersion::RESP3)
+                .push_sender(pushes)
+                .build()
+        });
+        Self::new(
+            make_client,
+            Layout::new(config.prefix(), RedisLayout::Cluster),
+        )
     }
 
     /// Has `notifier` tell this source which keys are waited on.

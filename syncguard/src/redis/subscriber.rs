@@ -26,7 +26,7 @@ use futures_core::Stream;
 use tokio::sync::oneshot;
 use tokio::time::{Instant, sleep, timeout};
 
-use super::config::NetConfig;
+use super::config::{NetConfig, RedisConfig};
 use super::error::map_redis_error;
 #[cfg(feature = "redis-cluster")]
 use super::shard_subscriber::{self, ClusterSource};
@@ -66,6 +66,21 @@ pub(super) enum Source {
     /// A Redis Cluster: the shard channels of the keys waited on.
     #[cfg(feature = "redis-cluster")]
     Cluster(ClusterSource),
+}
+
+impl Source {
+    /// Where the subscriber of a backend on a connection of the user's connects: the server of
+    /// `client`; on a `cluster` connection, the cluster of `client`'s node (its shard channels,
+    /// within the timeouts of `config`).
+    pub(super) fn from_client(client: Client, cluster: bool, config: &RedisConfig) -> Self {
+        #[cfg(feature = "redis-cluster")]
+        if cluster {
+            return Source::Cluster(ClusterSource::seeded_by(&client, config));
+        }
+        #[cfg(not(feature = "redis-cluster"))]
+        let _ = (cluster, config);
+        Source::Server(Box::new(client))
+    }
 }
 
 struct State {

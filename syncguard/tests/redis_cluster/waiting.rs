@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use syncguard::backend::{AcquireOutcome, LockBackend};
-use syncguard::redis::{RedisBackend, RedisConfig};
+use syncguard::redis::{RedisBackend, RedisConfig, RedisConnection};
 use syncguard::{LockError, LockGuard, LockOptions};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep};
@@ -484,4 +484,37 @@ async fn without_sharded_pub_sub_the_classic_channel_wakes_waiters() {
             .await
             .unwrap();
     }
+}
+
+/// A backend on a cluster connection of the user's, given a client of one node to subscribe
+/// with, subscribes to the shard channels through it: its waiter is woken by another backend's
+/// release long before its poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_on_a_cluster_connection_of_yours_subscribes_through_its_release_client() {
+    let nodes = crate::seed_nodes();
+    let yours = redis::cluster::ClusterClient::new(nodes.clone())
+        .unwrap()
+        .get_async_connection()
+        .await
+        .unwrap();
+    let node_client = redis::Client::open(nodes[nodes.len() - 1].as_str()).unwrap();
+    let connection = RedisConnection::from(yours).with_release_client(node_client);
+    let waiting = RedisBackend::new(connection, RedisConfig::new()).unwrap();
+    let holder = RedisBackend::connect(&cluster_url()).await.unwrap();
+    let key = unique("yours");
+    let guard = syncguard::acquire(&holder, &key, &LockOptions::default())
+        .await
+        .unwrap();
+    let waiter = spawn_waiter(&waiting, &key, waiting_every(SLOW_POLL));
+    let owners = slot_owners().await;
+    let mut owner = node(&owner(&holder, &key, &owners).await).await;
+    until_shard_channel(&mut owner, &shard_channel(&holder, &key), true).await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let guard = taken(waiter, PROMPT).await;
+    println!(
+        "woken {:?} after the release, on a cluster connection of yours",
+        released.elapsed()
+    );
+    guard.release().await.unwrap();
 }
