@@ -35,6 +35,20 @@ const PROMPT: Duration = Duration::from_secs(2);
 /// How long a subscription may take to show on a node (a failover's resubscription included).
 const SETTLE: Duration = Duration::from_secs(20);
 
+/// Releases `guard` and returns the lock `waiter` then gets within [`PROMPT`], printing how
+/// long after the release that was (`after`: in what situation).
+async fn hand_over(
+    guard: LockGuard,
+    waiter: JoinHandle<Result<LockGuard, LockError>>,
+    after: &str,
+) -> LockGuard {
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let taken = taken(waiter, PROMPT).await;
+    println!("woken {:?} after the release, {after}", released.elapsed());
+    taken
+}
+
 /// A plain connection to one node (`127.0.0.1:<port>`).
 async fn node(addr: &str) -> MultiplexedConnection {
     redis::Client::open(format!("redis://{addr}"))
@@ -311,13 +325,7 @@ async fn a_waiter_is_woken_after_its_locks_primary_failed_over() {
 
     own.cluster.failover(own.replica).await;
     assert_eq!(own.cluster.owner_of_slot(own.slot).await, own.replica);
-    let released = Instant::now();
-    guard.release().await.unwrap();
-    let guard = taken(waiter, PROMPT).await;
-    println!(
-        "woken {:?} after the release, after a failover",
-        released.elapsed()
-    );
+    let guard = hand_over(guard, waiter, "after a failover").await;
     guard.release().await.unwrap();
 }
 
@@ -391,13 +399,7 @@ async fn a_waiter_follows_its_locks_slot_to_another_primary() {
 
     own.cluster.migrate_slot(own.slot, target).await;
     until_shard_channel(&mut own.cluster.connect(target).await, &own.channel, true).await;
-    let released = Instant::now();
-    guard.release().await.unwrap();
-    let guard = taken(waiter, PROMPT).await;
-    println!(
-        "woken {:?} after the release, after the slot moved",
-        released.elapsed()
-    );
+    let guard = hand_over(guard, waiter, "after the slot moved").await;
     guard.release().await.unwrap();
 }
 
@@ -468,13 +470,7 @@ async fn without_sharded_pub_sub_the_classic_channel_wakes_waiters() {
         );
         sleep(Duration::from_millis(20)).await;
     }
-    let released = Instant::now();
-    guard.release().await.unwrap();
-    let guard = taken(waiter, PROMPT).await;
-    println!(
-        "woken {:?} after the release, by the classic channel",
-        released.elapsed()
-    );
+    let guard = hand_over(guard, waiter, "by the classic channel").await;
     guard.release().await.unwrap();
     for addr in urls::redis_cluster_nodes() {
         let _: () = redis::cmd("ACL")
@@ -509,12 +505,6 @@ async fn a_backend_on_a_cluster_connection_of_yours_subscribes_through_its_relea
     let owners = slot_owners().await;
     let mut owner = node(&owner(&holder, &key, &owners).await).await;
     until_shard_channel(&mut owner, &shard_channel(&holder, &key), true).await;
-    let released = Instant::now();
-    guard.release().await.unwrap();
-    let guard = taken(waiter, PROMPT).await;
-    println!(
-        "woken {:?} after the release, on a cluster connection of yours",
-        released.elapsed()
-    );
+    let guard = hand_over(guard, waiter, "on a cluster connection of yours").await;
     guard.release().await.unwrap();
 }
