@@ -75,14 +75,15 @@
 -- key, as stored in its `key` field, on the release channel, so that the waiters of every
 -- process subscribed to it try the lock at once. On a Redis Cluster (ARGV[3] "{}<channel>")
 -- it goes by SPUBLISH to the lock's own shard channel "<lock key>:released", in the lock
--- key's slot, which only that slot's node sends on (its waiters subscribe there, with
--- SSUBSCRIBE); a server without SPUBLISH (before Redis 7) gets a PUBLISH on the channel. The refusal marks the lock: a last field
--- `"contended":true` (the reference ignores fields it does not know, and its cjson extend
--- keeps it; a quote in the key or holder is escaped, so the anchored find cannot match inside
--- them), written once per hold, with the lock's TTL kept. Both the mark and the publish are
--- hints, sent with redis.pcall, so that a user without permission to publish (or a server
--- over maxmemory) still releases, and still refuses: the waiters then poll. A backend without
--- release notifications (empty channel) neither marks nor publishes.
+-- key's slot, which only that slot's shard (its primary and replicas) sends to its
+-- subscribers (the waiters of the key subscribe there, with SSUBSCRIBE); where SPUBLISH is
+-- refused (before Redis 7, or by an ACL), by PUBLISH on the channel. The refusal marks the
+-- lock: a last field `"contended":true` (the reference ignores fields it does not know, and
+-- its cjson extend keeps it; a quote in the key or holder is escaped, so the anchored find
+-- cannot match inside them), written once per hold, with the lock's TTL kept. Both the mark
+-- and the publish are hints, sent with redis.pcall, so that a user without permission to
+-- publish (or a server over maxmemory) still releases, and still refuses: the waiters then
+-- poll. A backend without release notifications (empty channel) neither marks nor publishes.
 
 -- The per-call state, set by `batch` before any operation runs. As a function library (Redis 7
 -- and later) this file is loaded once and these outlive a call: every call sets them all first.
@@ -351,8 +352,8 @@ local function release(knownKey, indexKey, lockId)
     return 1
   end
   if marked(current) then
-    -- Sharded: the lock's own channel, in its slot; a refused SPUBLISH (an error table: a
-    -- server before Redis 7) falls back to the channel.
+    -- Sharded: the lock's own channel, in its slot; a refused SPUBLISH (an error table:
+    -- before Redis 7, or an ACL) falls back to the channel.
     if not sharded or type(redis.pcall('SPUBLISH', lockKey .. ':released', key)) == 'table' then
       redis.pcall('PUBLISH', releaseChannel, key)
     end
