@@ -46,6 +46,8 @@ pub use outcome::{
     AcquireOutcome, Capabilities, Contention, ExtendOutcome, Lease, Lookup, NotHeldReason,
     ReleaseOutcome, TimeAuthority,
 };
+#[cfg(feature = "redis-cluster")]
+pub(crate) use wake::KeyListener;
 pub use wake::{ReleaseNotifier, ReleaseSubscription, ReleaseWatch, Wake};
 
 /// The future every [`LockBackend`] method returns: boxed, so that the trait stays usable as

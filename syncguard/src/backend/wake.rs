@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use tokio::sync::Notify;
 
@@ -45,6 +45,22 @@ struct Shared {
     queues: Mutex<HashMap<String, Queue>>,
     /// Waiters of every key: a release with nobody waiting skips the mutex.
     waiting: AtomicUsize,
+    /// Told which keys are waited on, by a backend that listens per key (set once).
+    listener: OnceLock<Arc<dyn KeyListener>>,
+}
+
+/// What a backend that listens for releases key by key (sharded Pub/Sub on a Redis Cluster)
+/// is told by its notifier: which keys someone in this process waits on. Crate-private: the
+/// public API of the notifier is the same for every backend.
+///
+/// Both calls are made with the notifier's queues locked, so that they come in the order the
+/// queues changed: they must not block, and must not call the notifier back.
+pub(crate) trait KeyListener: Send + Sync {
+    /// A waiter of `key` waits (it was refused, or queues behind one that was), or an observer
+    /// follows it: listen for its releases.
+    fn listen(&self, key: &str);
+    /// Nobody in this process waits on or follows `key` any more: stop listening.
+    fn forget(&self, key: &str);
 }
 
 #[derive(Default)]
@@ -54,6 +70,9 @@ struct Queue {
     /// them hears of every release.
     observers: Vec<(u64, Arc<Notify>)>,
     next_ticket: u64,
+    /// Whether the listener was told to listen for this key (it is told to forget it when the
+    /// queue goes).
+    listened: bool,
 }
 
 impl Queue {
@@ -118,6 +137,47 @@ impl ReleaseNotifier {
         Self::default()
     }
 
+    /// Sets the listener told which keys are waited on (once: a later one is ignored). Keys
+    /// listened for before it was set are not replayed: see [`listened_keys`](Self::listened_keys).
+    // Only the Redis Cluster's subscriber listens per key.
+    #[cfg_attr(not(feature = "redis-cluster"), allow(dead_code))]
+    pub(crate) fn set_listener(&self, listener: Arc<dyn KeyListener>) {
+        let _ = self.shared.listener.set(listener);
+    }
+
+    /// The keys the listener was told to listen for and not to forget since.
+    #[cfg_attr(not(feature = "redis-cluster"), allow(dead_code))]
+    pub(crate) fn listened_keys(&self) -> Vec<String> {
+        self.queues()
+            .iter()
+            .filter(|(_, queue)| queue.listened)
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+
+    /// Tells the listener, if any, to listen for `key` unless it was told already.
+    fn listen(&self, queues: &mut HashMap<String, Queue>, key: &str) {
+        let Some(listener) = self.shared.listener.get() else {
+            return;
+        };
+        if let Some(queue) = queues.get_mut(key)
+            && !queue.listened
+        {
+            queue.listened = true;
+            listener.listen(key);
+        }
+    }
+
+    /// Removes the queue of `key` (empty now), telling the listener to forget the key.
+    fn remove_queue(&self, queues: &mut HashMap<String, Queue>, key: &str) {
+        if let Some(queue) = queues.remove(key)
+            && queue.listened
+            && let Some(listener) = self.shared.listener.get()
+        {
+            listener.forget(key);
+        }
+    }
+
     /// Announces a release of `key` (the normalized key, as the backend's operations get it):
     /// the first waiter of that key in this process tries the lock.
     pub fn released(&self, key: &str) {
@@ -165,6 +225,7 @@ impl ReleaseNotifier {
             ticket,
             slot,
             left: false,
+            listening: false,
         }
     }
 
@@ -179,6 +240,8 @@ impl ReleaseNotifier {
         queue.next_ticket += 1;
         queue.observers.push((ticket, Arc::clone(&notify)));
         self.shared.waiting.fetch_add(1, Ordering::AcqRel);
+        // An observer follows the key from now on.
+        self.listen(&mut queues, key);
         drop(queues);
         ReleaseSubscription {
             notifier: self.clone(),
@@ -205,7 +268,7 @@ impl ReleaseNotifier {
         queue.waiters.remove(position);
         self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
         if queue.is_empty() {
-            queues.remove(key);
+            self.remove_queue(&mut queues, key);
         } else if position == 0
             && let Some((_, first)) = queue.waiters.front()
         {
@@ -250,7 +313,7 @@ impl Drop for ReleaseSubscription {
             self.notifier.shared.waiting.fetch_sub(1, Ordering::AcqRel);
         }
         if queue.is_empty() {
-            queues.remove(&self.key);
+            self.notifier.remove_queue(&mut queues, &self.key);
         }
     }
 }
@@ -263,6 +326,9 @@ pub struct ReleaseWatch {
     ticket: u64,
     slot: Arc<Slot>,
     left: bool,
+    /// Whether the notifier's listener was asked to listen for the key on this waiter's
+    /// behalf (the first time it waits).
+    listening: bool,
 }
 
 impl std::fmt::Debug for ReleaseWatch {
@@ -288,6 +354,15 @@ impl ReleaseWatch {
     /// waited is kept for the next call, so none is lost between a refused attempt and the
     /// wait.
     pub async fn woken(&mut self) -> Wake {
+        // Listened for from the first wait, not from joining: a waiter joins before its first
+        // attempt, and most attempts take the lock without waiting.
+        if !self.listening {
+            self.listening = true;
+            if self.notifier.shared.listener.get().is_some() {
+                let mut queues = self.notifier.queues();
+                self.notifier.listen(&mut queues, &self.key);
+            }
+        }
         loop {
             if let Some(wake) = lock(&self.slot.wake).take() {
                 return wake;
@@ -409,6 +484,55 @@ mod tests {
         drop((a, b, waiter));
         assert!(!notifier.is_watched());
         assert!(notifier.queues().is_empty());
+    }
+
+    /// Records what the notifier tells its listener.
+    #[derive(Default)]
+    struct Told(Mutex<Vec<String>>);
+
+    impl KeyListener for Told {
+        fn listen(&self, key: &str) {
+            lock(&self.0).push(format!("listen {key}"));
+        }
+        fn forget(&self, key: &str) {
+            lock(&self.0).push(format!("forget {key}"));
+        }
+    }
+
+    impl Told {
+        fn take(&self) -> Vec<String> {
+            std::mem::take(&mut *lock(&self.0))
+        }
+    }
+
+    #[tokio::test]
+    async fn the_listener_hears_of_keys_waited_on_once_and_of_their_end() {
+        let notifier = ReleaseNotifier::new();
+        let told = Arc::new(Told::default());
+        notifier.set_listener(told.clone());
+        // Joining is not waiting: an acquire that takes the lock at once costs no listening.
+        drop(notifier.watch("k"));
+        assert_eq!(told.take(), Vec::<String>::new());
+
+        let mut a = notifier.watch("k");
+        let mut b = notifier.watch("k");
+        assert_eq!(woken_soon(&mut a).await, None);
+        assert_eq!(woken_soon(&mut b).await, None);
+        assert_eq!(woken_soon(&mut a).await, None);
+        assert_eq!(told.take(), ["listen k"], "once per key, on the first wait");
+        assert_eq!(notifier.listened_keys(), ["k"]);
+        let observer = notifier.subscribe("other");
+        assert_eq!(
+            told.take(),
+            ["listen other"],
+            "an observer follows from the start"
+        );
+        a.acquired(1);
+        assert_eq!(told.take(), Vec::<String>::new(), "b still waits");
+        drop(b);
+        drop(observer);
+        assert_eq!(told.take(), ["forget k", "forget other"]);
+        assert!(notifier.listened_keys().is_empty());
     }
 
     #[test]

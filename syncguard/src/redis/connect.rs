@@ -8,6 +8,7 @@ use super::connection::Conn;
 #[cfg(feature = "redis-tls")]
 use super::connection::install_crypto_provider;
 use super::error::{driver_error, map_redis_error, naming_database};
+use super::subscriber::Source;
 use super::{ConnectionMode, RedisBackend, RedisConfig};
 use crate::error::LockError;
 use crate::url_scheme::{UrlBackend, check_url_scheme};
@@ -136,7 +137,8 @@ impl RedisBackend {
         let opened = async {
             let conn = open(&client, &config).await?;
             // The subscriber connects as the others do: same address, credentials and TLS.
-            let backend = RedisBackend::with_conn(conn, &config, Some(client.clone()))?;
+            let source = Source::Server(Box::new(client.clone()));
+            let backend = RedisBackend::with_conn(conn, &config, Some(source))?;
             backend.load_scripts().await?;
             Ok(backend)
         };
@@ -173,7 +175,11 @@ const CLUSTER_RETRIES: (u32, u64, u64) = (8, 10, 200);
 /// `connect_with` for a `redis-cluster://` URL.
 #[cfg(feature = "redis-cluster")]
 async fn connect_cluster(url: &str, config: RedisConfig) -> Result<RedisBackend, LockError> {
+    use std::sync::Arc;
+
     use super::cluster_url::parse_cluster_url;
+    use super::keys::Layout;
+    use super::shard_subscriber::{ClusterSource, MakeClient};
     use super::{RedisLayout, reference_layout_on_a_cluster};
 
     let parsed = parse_cluster_url(url)?;
@@ -194,58 +200,61 @@ async fn connect_cluster(url: &str, config: RedisConfig) -> Result<RedisBackend,
              redis-cluster:// URL",
         ));
     }
-    let (retries, min_wait, max_wait) = CLUSTER_RETRIES;
-    let builder =
-        ::redis::cluster::ClusterClientBuilder::new(parsed.nodes.iter().map(String::as_str))
-            .connection_timeout(config.connect_timeout())
-            .response_timeout(config.operation_timeout())
-            .retries(retries)
-            .min_retry_wait(min_wait)
-            .max_retry_wait(max_wait);
+    // redis-rs would turn TLS on for any URL given certificates: a redis-cluster:// URL (no
+    // TLS) with them is refused, as a redis:// one is.
     #[cfg(feature = "redis-tls")]
-    let builder = match config.tls_root_certs() {
-        // redis-rs would turn TLS on for any URL given certificates: a redis-cluster:// URL
-        // (no TLS) with them is refused, as a redis:// one is.
-        Some(_) if !parsed.tls => {
-            return Err(LockError::invalid_argument(
-                "RedisConfig::with_tls_root_certs needs a rediss-cluster:// URL (TLS); \
-                 redis-cluster:// connects without TLS",
-            ));
-        }
-        Some(pem) => builder.certs(::redis::TlsCertificates {
-            client_tls: None,
-            root_cert: Some(pem.to_vec()),
-        }),
-        None => builder,
-    };
+    if config.tls_root_certs().is_some() && !parsed.tls {
+        return Err(LockError::invalid_argument(
+            "RedisConfig::with_tls_root_certs needs a rediss-cluster:// URL (TLS); \
+             redis-cluster:// connects without TLS",
+        ));
+    }
     #[cfg(not(feature = "redis-tls"))]
     if parsed.tls {
         return Err(LockError::invalid_argument(
             "a rediss-cluster:// URL needs syncguard's redis-tls feature",
         ));
     }
-    let client = builder.build().map_err(|error| {
-        LockError::invalid_argument(
-            "invalid Redis Cluster URL or settings; expected \
-             redis-cluster://[user:password@]host:port[,host:port...]",
-        )
-        .with_source(driver_error(error))
-    })?;
-    // The release subscriber listens on the first seed node (a PUBLISH reaches every node of
-    // a cluster), and connects as the cluster connection does: with its TLS root certificates.
-    let subscriber = self::client(&parsed.nodes[0], &config)?;
+    let client = cluster_builder(&parsed.nodes, &config)
+        .build()
+        .map_err(|error| {
+            LockError::invalid_argument(
+                "invalid Redis Cluster URL or settings; expected \
+                 redis-cluster://[user:password@]host:port[,host:port...]",
+            )
+            .with_source(driver_error(error))
+        })?;
+    // The first seed alone, as a single server's client (same TLS roots): to tell a rejected
+    // certificate from an unreachable cluster when no seed answers.
+    let first_seed = self::client(&parsed.nodes[0], &config)?;
+    // The release subscriber's own cluster connection: the same nodes and settings, RESP3, its
+    // pushes (the shard channels' messages) handed to it.
+    let make_subscriber: Arc<MakeClient> = {
+        let (nodes, config) = (parsed.nodes.clone(), config.clone());
+        Arc::new(move |pushes| {
+            cluster_builder(&nodes, &config)
+                .use_protocol(::redis::ProtocolVersion::RESP3)
+                .push_sender(pushes)
+                .build()
+        })
+    };
     let config = match config.layout() {
         None => config.with_layout(RedisLayout::Cluster),
         Some(_) => config,
     };
     #[cfg(feature = "redis-tls")]
     install_crypto_provider();
+    let subscriber = ClusterSource::new(
+        make_subscriber,
+        Layout::new(config.prefix(), RedisLayout::Cluster),
+    );
     let opened = async {
         let cluster = match client.get_async_connection().await {
             Ok(cluster) => cluster,
-            Err(error) => return Err(no_seed_reached(error, &subscriber, &config).await),
+            Err(error) => return Err(no_seed_reached(error, &first_seed, &config).await),
         };
-        let backend = RedisBackend::with_conn(Conn::Cluster(cluster), &config, Some(subscriber))?;
+        let source = Some(Source::Cluster(subscriber));
+        let backend = RedisBackend::with_conn(Conn::Cluster(cluster), &config, source)?;
         backend.load_scripts().await?;
         Ok(backend)
     };
@@ -281,6 +290,30 @@ async fn no_seed_reached(
     #[cfg(not(feature = "redis-tls"))]
     let _ = (first_seed, config);
     map_redis_error(error)
+}
+
+/// A cluster client's settings for `nodes`: the connect and operation timeouts, the retries,
+/// and the trusted CAs of `config`, if set.
+#[cfg(feature = "redis-cluster")]
+fn cluster_builder(
+    nodes: &[String],
+    config: &RedisConfig,
+) -> ::redis::cluster::ClusterClientBuilder {
+    let (retries, min_wait, max_wait) = CLUSTER_RETRIES;
+    let builder = ::redis::cluster::ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+        .connection_timeout(config.connect_timeout())
+        .response_timeout(config.operation_timeout())
+        .retries(retries)
+        .min_retry_wait(min_wait)
+        .max_retry_wait(max_wait);
+    #[cfg(feature = "redis-tls")]
+    if let Some(pem) = config.tls_root_certs() {
+        return builder.certs(::redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem.to_vec()),
+        });
+    }
+    builder
 }
 
 /// Without the `redis-cluster` feature, a cluster URL says which feature it needs.

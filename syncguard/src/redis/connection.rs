@@ -59,7 +59,8 @@ pub struct RedisConnection {
 
 impl RedisConnection {
     /// The client the release subscriber connects with: it should reach the same server,
-    /// with the same credentials, as the connection. The subscriber's connection opens the
+    /// with the same credentials, as the connection (on a cluster connection, any node of the
+    /// cluster: the subscriber learns the others from it). The subscriber's connection opens the
     /// first time something waits, within the configuration's connect and operation
     /// timeouts. With [release notifications](super::RedisConfig::with_release_notifications)
     /// off, nothing subscribes.

@@ -165,9 +165,14 @@
 //!   a second time. A grant that reached the replica survives with its fence, and fences go on
 //!   increasing from it. Waiting for replicas before answering (`WAIT`) closes that window;
 //!   until then, run a cluster where losing a just-granted lock on failover is acceptable.
-//! - **Waiting.** Releases are published with `PUBLISH`, which a cluster forwards to every
-//!   node; the backend's subscriber listens on the first node of the URL (see
-//!   [waiting](#waiting)). When that node is down, waiters fall back to polling.
+//! - **Waiting.** By sharded Pub/Sub (Redis 7 and later): a release is published with
+//!   `SPUBLISH` on the lock's own shard channel, `<lock key>:released` (e.g.
+//!   `syncguard:{q3Tz0v_J9aA}:released`, in the lock's slot), which only the nodes of that
+//!   slot's shard send, and only to their subscribers of that channel; a waiting backend
+//!   subscribes (`SSUBSCRIBE`) to the channels of the keys it waits on, on the nodes serving
+//!   them, and follows failovers and moved slots. No message crosses the cluster bus to the
+//!   other shards, and no process hears releases it does not wait for (see
+//!   [waiting](#waiting)).
 //!
 //! ## Persistence
 //!
@@ -208,6 +213,9 @@
 //!   release of an acquire in doubt) publishes the lock's normalized key on the channel
 //!   `<prefix>:released` (`syncguard:released` by default; see
 //!   [`release_channel`](RedisBackend::release_channel)), in the script call that deletes it.
+//!   On a Redis Cluster it goes by `SPUBLISH` to the lock's own shard channel instead,
+//!   `<lock key>:released` (see [below](#on-a-redis-cluster)); on one server, in either
+//!   layout, by `PUBLISH` to `<prefix>:released`.
 //!   The refusal marks the lock for that (a waiter's first attempt is such a refusal). A release
 //!   nobody was refused on publishes nothing, since nobody waits on it but, perhaps, this
 //!   process's waiters queued behind the one that took it: the backend wakes those itself.
@@ -244,12 +252,54 @@
 //!   ignored) and waiters poll.
 //! - **A backend on a connection of yours** ([`RedisBackend::new`]) cannot tell where to
 //!   subscribe: its waiters poll unless given the client with
-//!   [`RedisConnection::with_release_client`].
+//!   [`RedisConnection::with_release_client`]. On a cluster connection of yours that client
+//!   (of any node) is where the subscriber's own cluster connection starts from (see
+//!   [below](#on-a-redis-cluster)).
 //! - **Turning it off.** [`RedisConfig::with_release_notifications`]`(false)` turns both
 //!   halves off, as the PostgreSQL backend's switch of the same name does: the
 //!   backend publishes nothing and subscribes to nothing, and its waiters poll (at the retry
 //!   policy's delays and at the holder's lease end). Other backends' waiters find its releases
 //!   by polling.
+//!
+//! ### On a Redis Cluster
+//!
+//! A classic `PUBLISH` on a cluster is sent over the cluster bus to every node, and a
+//! subscriber on one node hears every release of the prefix; so on a cluster connection
+//! (`redis-cluster://`) the backend uses sharded Pub/Sub (Redis 7 and later) instead:
+//!
+//! - **Publish.** The release of a contended lock runs `SPUBLISH <lock key>:released <key>`
+//!   in its script call: the channel hashes to the lock key's slot (its tag), so the call may
+//!   publish it on the node it runs on, and the message goes to that shard's nodes (the primary
+//!   and its replicas) only.
+//! - **Subscribe.** The backend opens one more cluster connection (RESP3, as the backend's
+//!   own: nodes, credentials, TLS, timeouts) the first time something waits. When a waiter of
+//!   a key first waits (after a refused attempt, or behind one of this process that was
+//!   refused), or an observer follows the key, it sends `SSUBSCRIBE <lock key>:released`, routed
+//!   to the node serving the slot; when the last waiter or observer of the key in this process
+//!   leaves, `SUNSUBSCRIBE`. An acquire that gets the lock at once subscribes to nothing. Once
+//!   the subscription took effect, the key's first waiter tries the lock once, in case the
+//!   release went by in between.
+//! - **Topology changes.** A node connection that drops (a primary killed, say), a channel the
+//!   server unsubscribes (its slot moved), or primaries that do not answer a `PING` after 10 s
+//!   of silence make the subscriber send `SSUBSCRIBE` again for each channel concerned, to the
+//!   slot's node now (redirections are followed), at doubling intervals from 100 ms up to 10 s
+//!   while it fails; then the first waiter of every key tries its lock. A manual failover keeps
+//!   the old primary's subscribers, which hear the shard's messages as its replica.
+//! - **Cost.** Per hold an acquire was refused on, one `SET` (the mark) and one `SPUBLISH` on
+//!   the lock's node, whose message goes to the shard's nodes and to the processes waiting on
+//!   that key only; per key waited on, one `SSUBSCRIBE` and one `SUNSUBSCRIBE` (and one more
+//!   acquire attempt of its first waiter, once subscribed), each on the key's node. One more
+//!   connection per node per backend, once something waits.
+//! - **Fallback.** Where `SPUBLISH` is refused (a server before Redis 7, or a user not
+//!   permitted it), the release publishes on the classic channel `<prefix>:released` instead;
+//!   where `SSUBSCRIBE` is refused, the subscriber subscribes to that channel (on one node,
+//!   through its cluster connection) and stays there: waiters wake as they did before sharded
+//!   Pub/Sub, each release sent to every node. Releases are hints as on one server: waiters
+//!   also poll (at the retry policy's delays and at the holder's lease end), and do meanwhile
+//!   while a subscription is being made again or cannot be.
+//! - **Permissions.** With ACLs the user needs `SPUBLISH` and `SSUBSCRIBE`/`SUNSUBSCRIBE` on
+//!   the shard channels, `&<prefix>:{*}:released` (e.g. `&syncguard:{*}:released`), on every
+//!   node (ACLs are per node).
 //!
 //! ## Errors
 //!
@@ -310,6 +360,8 @@ mod known;
 mod operations;
 mod orphans;
 mod scripts;
+#[cfg(feature = "redis-cluster")]
+mod shard_subscriber;
 mod subscriber;
 
 use std::fmt;
@@ -334,7 +386,7 @@ use keys::Layout;
 /// The redis-rs crate this backend is built with, so that your `ConnectionManager` and
 /// `Client` are of the same version.
 pub use redis;
-use subscriber::ReleaseSubscriber;
+use subscriber::{ReleaseSubscriber, Source};
 
 /// Distributed locks on Redis: Lua scripts by FCALL or EVALSHA (concurrent acquire, release and extend
 /// calls batched into one), server time (`TIME`) as the time authority, fences from `INCR`.
@@ -423,14 +475,16 @@ impl RedisBackend {
         if matches!(conn, Conn::Pool(_)) {
             install_crypto_provider();
         }
-        Self::with_conn(conn, &config, release_client)
+        let cluster = conn.is_cluster();
+        let source = release_client.map(|client| Source::from_client(client, cluster, &config));
+        Self::with_conn(conn, &config, source)
     }
 
-    /// `client`: the client the release subscriber connects with (`None`: none, waiters poll).
+    /// `client`: where the release subscriber connects (`None`: nowhere, waiters poll).
     fn with_conn(
         conn: Conn,
         config: &RedisConfig,
-        client: Option<::redis::Client>,
+        client: Option<Source>,
     ) -> Result<Self, LockError> {
         config.validate()?;
         let kind = match (config.layout(), conn.is_cluster()) {
@@ -443,10 +497,11 @@ impl RedisBackend {
         let header = batch::Header {
             per_key_calls: conn.is_cluster(),
             index_prefix: layout.index_prefix().into(),
-            release_channel: if config.release_notifications() {
-                layout.release_channel().into()
-            } else {
-                "".into()
+            release_channel: match (config.release_notifications(), conn.is_cluster()) {
+                (false, _) => "".into(),
+                (true, false) => layout.release_channel().into(),
+                // Each lock's own shard channel, `<lock key>:released` (see batch.lua).
+                (true, true) => format!("{{}}{}", layout.release_channel()).into(),
             },
             function: batch_function::BatchFunction::default(),
         };
@@ -488,7 +543,10 @@ impl RedisBackend {
     }
 
     /// The Pub/Sub channel releases are published on and waiters listen to:
-    /// `<prefix>:released` (see [waiting](self#waiting)).
+    /// `<prefix>:released` (see [waiting](self#waiting)). On a Redis Cluster each lock has a
+    /// shard channel of its own, [`lock_key`](Self::lock_key)` + ":released"`, and this one
+    /// is the fallback where sharded Pub/Sub is not to be had (see
+    /// [on a Redis Cluster](self#on-a-redis-cluster)).
     ///
     /// ```no_run
     /// # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {

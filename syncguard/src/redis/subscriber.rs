@@ -3,6 +3,9 @@
 //! channel (`<prefix>:released`, by the batch script's release of a live lock) to the
 //! backend's [`ReleaseNotifier`].
 //!
+//! On a Redis Cluster the subscriber follows the keys waited on, by sharded Pub/Sub (see
+//! `shard_subscriber`).
+//!
 //! The subscription is a hint, never a condition: while the connection is down, or before its
 //! `SUBSCRIBE` took effect, releases go unheard and waiters poll. So every time it subscribes
 //! (the first time, and after each reconnect) the first waiter of every key tries its lock
@@ -23,20 +26,22 @@ use futures_core::Stream;
 use tokio::sync::oneshot;
 use tokio::time::{Instant, sleep, timeout};
 
-use super::config::NetConfig;
+use super::config::{NetConfig, RedisConfig};
 use super::error::map_redis_error;
+#[cfg(feature = "redis-cluster")]
+use super::shard_subscriber::{self, ClusterSource};
 use crate::backend::ReleaseNotifier;
 use crate::error::LockError;
 
 /// How long the subscriber connection may stay silent before a `PING` checks that it is alive.
-const CHECK_AFTER_SILENCE: Duration = Duration::from_secs(10);
+pub(super) const CHECK_AFTER_SILENCE: Duration = Duration::from_secs(10);
 
 /// The pause before subscribing again after a connection was lost or could not be opened; it
 /// doubles (up to [`LONGEST_PAUSE`]) while that keeps happening.
-const FIRST_PAUSE: Duration = Duration::from_millis(100);
+pub(super) const FIRST_PAUSE: Duration = Duration::from_millis(100);
 
 /// The longest pause between attempts to subscribe.
-const LONGEST_PAUSE: Duration = Duration::from_secs(10);
+pub(super) const LONGEST_PAUSE: Duration = Duration::from_secs(10);
 
 /// A connection that lasted this long worked: the pause after its loss starts again from
 /// [`FIRST_PAUSE`]. Shorter ones (a server that drops every connection at once) count as
@@ -53,9 +58,34 @@ pub(super) struct ReleaseSubscriber {
     state: Mutex<State>,
 }
 
+/// Where a subscriber connects.
+#[derive(Clone)]
+pub(super) enum Source {
+    /// One server: the client subscribes to the release channel (boxed: a client is large).
+    Server(Box<Client>),
+    /// A Redis Cluster: the shard channels of the keys waited on.
+    #[cfg(feature = "redis-cluster")]
+    Cluster(ClusterSource),
+}
+
+impl Source {
+    /// Where the subscriber of a backend on a connection of the user's connects: the server of
+    /// `client`; on a `cluster` connection, the cluster of `client`'s node (its shard channels,
+    /// within the timeouts of `config`).
+    pub(super) fn from_client(client: Client, cluster: bool, config: &RedisConfig) -> Self {
+        #[cfg(feature = "redis-cluster")]
+        if cluster {
+            return Source::Cluster(ClusterSource::seeded_by(&client, config));
+        }
+        #[cfg(not(feature = "redis-cluster"))]
+        let _ = (cluster, config);
+        Source::Server(Box::new(client))
+    }
+}
+
 struct State {
     /// Where the subscriber connects; `None`: nowhere known, waiters poll.
-    client: Option<Client>,
+    client: Option<Source>,
     /// The running task's stop signal: the task ends when this is dropped, and this is closed
     /// when the task is gone (its runtime shut down), so that another one is started.
     stop: Option<oneshot::Sender<Infallible>>,
@@ -71,9 +101,14 @@ struct Setup {
 impl ReleaseSubscriber {
     /// A subscriber to `channel`, connecting with `client` (`None`: none, waiters poll)
     /// within the timeouts of `net`.
-    pub(super) fn new(channel: &str, client: Option<Client>, net: NetConfig) -> Self {
+    pub(super) fn new(channel: &str, client: Option<Source>, net: NetConfig) -> Self {
+        let notifier = ReleaseNotifier::new();
+        #[cfg(feature = "redis-cluster")]
+        if let Some(Source::Cluster(source)) = &client {
+            source.listen_to(&notifier);
+        }
         Self {
-            notifier: ReleaseNotifier::new(),
+            notifier,
             channel: channel.into(),
             net,
             state: Mutex::new(State { client, stop: None }),
@@ -103,25 +138,43 @@ impl ReleaseSubscriber {
         let client = state.client.as_ref()?;
         if state.stop.as_ref().is_none_or(oneshot::Sender::is_closed) {
             let runtime = tokio::runtime::Handle::try_current().ok()?;
-            let setup = Setup {
-                client: client.clone(),
-                channel: self.channel.clone(),
-                net: self.net,
-            };
             let (stop, stopped) = oneshot::channel();
-            runtime.spawn(subscribe(setup, self.notifier.clone(), stopped));
+            match client {
+                Source::Server(client) => {
+                    let setup = Setup {
+                        client: Client::clone(client),
+                        channel: self.channel.clone(),
+                        net: self.net,
+                    };
+                    let notifier = self.notifier.clone();
+                    runtime.spawn(async move {
+                        until_stopped(stopped, keep_subscribed(&setup, &notifier)).await;
+                    });
+                }
+                #[cfg(feature = "redis-cluster")]
+                Source::Cluster(source) => {
+                    let (source, net, notifier) = (source.clone(), self.net, self.notifier.clone());
+                    runtime.spawn(async move {
+                        let subscribed = shard_subscriber::keep_subscribed(&source, net, &notifier);
+                        until_stopped(stopped, subscribed).await;
+                    });
+                }
+            }
             state.stop = Some(stop);
         }
         Some(self.notifier.clone())
     }
 }
 
-/// The subscribing task: stays subscribed until `stop` is dropped. Its connection closes with
-/// it (dropping a redis-rs `PubSubStream` ends the task that drives the connection).
-async fn subscribe(setup: Setup, notifier: ReleaseNotifier, stop: oneshot::Receiver<Infallible>) {
+/// A subscribing task: `subscribed` until `stop` is dropped. Its connections close with it
+/// (dropping a redis-rs `PubSubStream` or cluster connection ends the task that drives it).
+async fn until_stopped(
+    stop: oneshot::Receiver<Infallible>,
+    subscribed: impl Future<Output = Infallible>,
+) {
     tokio::select! {
         _ = stop => {}
-        never = keep_subscribed(&setup, &notifier) => match never {},
+        never = subscribed => match never {},
     }
 }
 

@@ -18,6 +18,8 @@ mod frozen;
 mod servers;
 #[path = "../support/urls.rs"]
 mod urls;
+#[path = "../support/waiters.rs"]
+mod waiters;
 
 mod batching;
 mod cluster_layout;

@@ -18,13 +18,11 @@ use futures_core::Stream;
 use redis::aio::{MultiplexedConnection, PubSubStream};
 use syncguard::backend::{AcquireOutcome, ExtendOutcome, LockBackend};
 use syncguard::redis::{ConnectionMode, RedisBackend, RedisConfig, RedisConnection};
-use syncguard::{
-    Backoff, Jitter, LockError, LockGuard, LockId, LockOptions, RetryPolicy, get_by_key,
-};
-use tokio::task::JoinHandle;
+use syncguard::{LockId, get_by_key};
 use tokio::time::{Instant, sleep, timeout};
 
 use crate::servers::RedisServer;
+use crate::waiters::{spawn_waiter, taken, waiting_every};
 use crate::{acquired, raw, redis_url, unique};
 
 /// A poll so slow that only a message (or the lease end) explains a prompt wake-up.
@@ -32,38 +30,6 @@ const SLOW_POLL: Duration = Duration::from_secs(30);
 
 /// A loaded 2-core machine's worst case for a wake-up that takes milliseconds.
 const PROMPT: Duration = Duration::from_secs(10);
-
-/// Waiters that poll every `poll`, for up to a minute, with a 30 s ttl.
-fn waiting_every(poll: Duration) -> LockOptions {
-    LockOptions::builder()
-        .ttl(Duration::from_secs(30))
-        .retry(
-            RetryPolicy::wait_for(Duration::from_secs(60))
-                .with_backoff(Backoff::Fixed)
-                .with_jitter(Jitter::None)
-                .with_base_delay(poll),
-        )
-        .build()
-        .expect("valid options")
-}
-
-fn spawn_waiter(
-    backend: &RedisBackend,
-    key: &str,
-    options: LockOptions,
-) -> JoinHandle<Result<LockGuard, LockError>> {
-    let (backend, key) = (backend.clone(), key.to_owned());
-    tokio::spawn(async move { syncguard::acquire(&backend, &key, &options).await })
-}
-
-/// The guard of a waiter that must get the lock within `within`.
-async fn taken(waiter: JoinHandle<Result<LockGuard, LockError>>, within: Duration) -> LockGuard {
-    timeout(within, waiter)
-        .await
-        .unwrap_or_else(|_| panic!("the waiter did not get the lock within {within:?}"))
-        .expect("the waiter task")
-        .expect("the waiter takes the lock")
-}
 
 /// A prefix of the test's own: its release channel carries this test's releases only.
 /// An acquire of `key` refused (it marks the live lock, whose release then publishes).

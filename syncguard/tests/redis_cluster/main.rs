@@ -28,6 +28,7 @@ mod faults;
 mod scripts;
 mod support_check;
 mod topology;
+mod waiting;
 
 use syncguard::redis::RedisBackend;
 

@@ -7,8 +7,9 @@
 -- them (a script is atomic, and all of them see the same server time).
 --
 -- ARGV[1] tolerance ms, ARGV[2] index key prefix ("<prefix>:id:", or empty in the cluster
--- layout, which has no index), ARGV[3] release channel ("<prefix>:released", or empty for
--- none), then per operation:
+-- layout, which has no index), ARGV[3] release channel ("<prefix>:released"; "{}" and the
+-- channel on a Redis Cluster, for the lock's own shard channel; empty for none), then per
+-- operation:
 --   'A' lockId ttlMs pxMs userKey          KEYS: lock key, [index key], fence key
 --   'H' lockId ttlMs pxMs userKey holder   KEYS: lock key, [index key], fence key
 --   'R' lockId                             KEYS: index key
@@ -72,17 +73,21 @@
 -- A release of a live lock that an acquire was refused on (and only that: not an uncontended
 -- release, nobody waits on it; not an expired lock's cleanup) publishes the lock's normalized
 -- key, as stored in its `key` field, on the release channel, so that the waiters of every
--- process subscribed to it try the lock at once. The refusal marks the lock: a last field
--- `"contended":true` (the reference ignores fields it does not know, and its cjson extend
--- keeps it; a quote in the key or holder is escaped, so the anchored find cannot match inside
--- them), written once per hold, with the lock's TTL kept. Both the mark and the publish are
--- hints, sent with redis.pcall, so that a user without permission to publish (or a server
--- over maxmemory) still releases, and still refuses: the waiters then poll. A backend without
--- release notifications (empty channel) neither marks nor publishes.
+-- process subscribed to it try the lock at once. On a Redis Cluster (ARGV[3] "{}<channel>")
+-- it goes by SPUBLISH to the lock's own shard channel "<lock key>:released", in the lock
+-- key's slot, which only that slot's shard (its primary and replicas) sends to its
+-- subscribers (the waiters of the key subscribe there, with SSUBSCRIBE); where SPUBLISH is
+-- refused (before Redis 7, or by an ACL), by PUBLISH on the channel. The refusal marks the
+-- lock: a last field `"contended":true` (the reference ignores fields it does not know, and
+-- its cjson extend keeps it; a quote in the key or holder is escaped, so the anchored find
+-- cannot match inside them), written once per hold, with the lock's TTL kept. Both the mark
+-- and the publish are hints, sent with redis.pcall, so that a user without permission to
+-- publish (or a server over maxmemory) still releases, and still refuses: the waiters then
+-- poll. A backend without release notifications (empty channel) neither marks nor publishes.
 
 -- The per-call state, set by `batch` before any operation runs. As a function library (Redis 7
 -- and later) this file is loaded once and these outlive a call: every call sets them all first.
-local now, nowText, dead, indexPrefix, releaseChannel
+local now, nowText, dead, indexPrefix, releaseChannel, sharded
 local BADDATA = 'BADDATA syncguard: the lock key holds data that is not SyncGuard lock JSON'
 local EXPIRES = '"expiresAtMs":'
 local CONTENDED = '"contended":true'
@@ -347,7 +352,11 @@ local function release(knownKey, indexKey, lockId)
     return 1
   end
   if marked(current) then
-    redis.pcall('PUBLISH', releaseChannel, key)
+    -- Sharded: the lock's own channel, in its slot; a refused SPUBLISH (an error table:
+    -- before Redis 7, or an ACL) falls back to the channel.
+    if not sharded or type(redis.pcall('SPUBLISH', lockKey .. ':released', key)) == 'table' then
+      redis.pcall('PUBLISH', releaseChannel, key)
+    end
     return 1
   end
   -- Nobody was refused during this hold: the only waiters may be the caller's own, queued
@@ -435,6 +444,11 @@ local function batch(KEYS, ARGV)
   -- A lock whose expiresAtMs is at or below this is expired (the liveness predicate).
   dead = now - tonumber(ARGV[1])
   indexPrefix, releaseChannel = ARGV[2], ARGV[3]
+  -- "{}" cannot start a channel of a prefix (prefixes have no braces): the cluster's marker.
+  sharded = string.sub(releaseChannel, 1, 2) == '{}'
+  if sharded then
+    releaseChannel = string.sub(releaseChannel, 3)
+  end
   lastTtl = nil
   local replies = {now}
   -- The reference layout passes each operation's index key after its lock key; the cluster
