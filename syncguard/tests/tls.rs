@@ -13,17 +13,18 @@ use std::time::Duration;
 use syncguard::backend::{ExtendOutcome, Lease, LockBackend};
 use syncguard::postgres::{PostgresBackend, PostgresConfig, setup_schema};
 use syncguard::redis::{ConnectionMode, RedisBackend, RedisConfig};
-use syncguard::{
-    Backoff, ErrorCode, Jitter, LockError, LockId, LockOptions, RetryPolicy, conformance,
-};
+use syncguard::{ErrorCode, LockError, LockId, conformance};
 use tokio::time::{Instant, sleep, timeout};
 
 #[path = "support/cluster.rs"]
 mod cluster;
 #[path = "support/urls.rs"]
 mod urls;
+#[path = "support/waiters.rs"]
+mod waiters;
 
 use cluster::{ClusterTls, Node, RedisCluster};
+use waiters::{spawn_waiter, taken, waiting_every};
 
 const HOW_TO_RUN: &str = "run `bash scripts/test-all.sh`, or `bash scripts/with-services.sh \
     cargo test -p syncguard --all-features --test tls`: it installs PostgreSQL, Redis (Debian's \
@@ -391,22 +392,9 @@ const PROMPT: Duration = Duration::from_secs(10);
 /// it, whichever primary serves the key: the release subscriber connects over TLS with the
 /// same CA, and the cluster forwards each release to the node it listens on.
 async fn wakes_waiters_on_every_primary(cluster: &RedisCluster, backend: &RedisBackend) {
-    let options = LockOptions::builder()
-        .ttl(Duration::from_secs(30))
-        .retry(
-            RetryPolicy::wait_for(Duration::from_secs(60))
-                .with_backoff(Backoff::Fixed)
-                .with_jitter(Jitter::None)
-                .with_base_delay(SLOW_POLL),
-        )
-        .build()
-        .expect("valid options");
     for (primary, key) in key_on_each_primary(cluster, backend).await {
         let holder = acquired(backend, &key, primary).await;
-        let waiter = tokio::spawn({
-            let (backend, key, options) = (backend.clone(), key.clone(), options.clone());
-            async move { syncguard::acquire(&backend, &key, &options).await }
-        });
+        let waiter = spawn_waiter(backend, &key, waiting_every(SLOW_POLL));
         // The waiter's first attempt is refused, and it goes to sleep.
         sleep(Duration::from_millis(500)).await;
         assert!(!waiter.is_finished(), "{key} is held");
@@ -418,16 +406,8 @@ async fn wakes_waiters_on_every_primary(cluster: &RedisCluster, backend: &RedisB
                 .unwrap()
                 .is_released()
         );
-        let guard = timeout(PROMPT, waiter)
-            .await
-            .unwrap_or_else(|_| {
-                panic!(
-                    "the waiter for a key on {primary} was not woken by the release within \
-                     {PROMPT:?} (its poll is {SLOW_POLL:?})"
-                )
-            })
-            .unwrap()
-            .expect("the waiter takes the lock");
+        // Its poll is SLOW_POLL: only the release's announcement explains a prompt wake-up.
+        let guard = taken(waiter, PROMPT).await;
         eprintln!(
             "TLS cluster, key on {primary}: release to acquisition {:?}",
             released.elapsed()
