@@ -363,6 +363,7 @@ mod scripts;
 #[cfg(feature = "redis-cluster")]
 mod shard_subscriber;
 mod subscriber;
+mod subscriber_pace;
 
 use std::fmt;
 use std::sync::Arc;

@@ -36,7 +36,7 @@ use tokio::time::{Instant, sleep, sleep_until, timeout};
 use super::config::{NetConfig, RedisConfig, RedisLayout};
 use super::error::map_redis_error;
 use super::keys::Layout;
-use super::subscriber::{CHECK_AFTER_SILENCE, FIRST_PAUSE, LONGEST_PAUSE};
+use super::subscriber_pace::{CHECK_AFTER_SILENCE, FIRST_PAUSE, LONGEST_PAUSE};
 use crate::backend::{KeyListener, ReleaseNotifier};
 use crate::error::LockError;
 

@@ -30,18 +30,9 @@ use super::config::{NetConfig, RedisConfig};
 use super::error::map_redis_error;
 #[cfg(feature = "redis-cluster")]
 use super::shard_subscriber::{self, ClusterSource};
+use super::subscriber_pace::{CHECK_AFTER_SILENCE, FIRST_PAUSE, LONGEST_PAUSE};
 use crate::backend::ReleaseNotifier;
 use crate::error::LockError;
-
-/// How long the subscriber connection may stay silent before a `PING` checks that it is alive.
-pub(super) const CHECK_AFTER_SILENCE: Duration = Duration::from_secs(10);
-
-/// The pause before subscribing again after a connection was lost or could not be opened; it
-/// doubles (up to [`LONGEST_PAUSE`]) while that keeps happening.
-pub(super) const FIRST_PAUSE: Duration = Duration::from_millis(100);
-
-/// The longest pause between attempts to subscribe.
-pub(super) const LONGEST_PAUSE: Duration = Duration::from_secs(10);
 
 /// A connection that lasted this long worked: the pause after its loss starts again from
 /// [`FIRST_PAUSE`]. Shorter ones (a server that drops every connection at once) count as
