@@ -1,6 +1,6 @@
 //! Batching: the acquire, release and extend calls that are waiting at the same moment run in
-//! one call of the batch script, in the order they were made (on a cluster, one call per lock
-//! key: the keys of a call must be in one hash slot).
+//! one call of the batch script, in the order they were made (on a cluster, one call per node
+//! that serves their locks, see `node_call`).
 //!
 //! A task per backend (spawned on first use, again if its runtime went away) takes the queued
 //! calls, builds one command and answers each caller from its slot in the reply. Up to
@@ -23,7 +23,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
 pub(crate) use super::batch_call::{Header, NewExpiry, Op, Reply};
-use super::batch_call::{send, send_within, split_into_calls};
+use super::batch_send::{send, send_within, split_into_calls};
 use super::connection::Conn;
 use super::orphans::{Orphan, Orphans};
 use super::within;
@@ -129,9 +129,20 @@ impl Batcher {
         let result = send(&self.conn, &self.header, std::slice::from_ref(&op)).await;
         let orphan = sending.orphan.take();
         match result {
-            Ok(mut replies) => replies
+            Ok(mut outcomes) => match outcomes
                 .pop()
-                .expect("send checks that there is a reply per operation"),
+                .expect("send checks that there is a reply per operation")
+            {
+                Ok(reply) => Ok(reply),
+                Err(unanswered) => {
+                    if unanswered.may_have_run
+                        && let Some(orphan) = orphan
+                    {
+                        self.let_go(orphan);
+                    }
+                    Err(unanswered.error)
+                }
+            },
             Err(failure) => {
                 if failure.may_have_been_applied()
                     && let Some(orphan) = orphan
@@ -260,8 +271,8 @@ async fn drive(
                 Err(_) => break,
             }
         }
-        // One script call on one server; on a cluster, one per lock key, all on the wire at
-        // once under the batch's slot.
+        // One script call on one server; on a cluster, one per node, all on the wire at once
+        // under the batch's slot.
         let slot = Arc::new(slot);
         for calls in split_into_calls(&header, calls, |call| &call.op) {
             let conn = conn.clone();
@@ -294,14 +305,24 @@ async fn execute(
     let mut found = Vec::new();
     let (ops, callers): (Vec<Op>, Vec<_>) = calls.into_iter().map(|c| (c.op, c.reply)).unzip();
     match send_within(conn, header, &ops, operation_timeout).await {
-        Ok(replies) => {
-            for (i, ((op, caller), reply)) in ops.into_iter().zip(callers).zip(replies).enumerate()
+        Ok(outcomes) => {
+            for (i, ((op, caller), outcome)) in
+                ops.into_iter().zip(callers).zip(outcomes).enumerate()
             {
                 if i > 0 && i % REPLY_GROUP == 0 {
                     // Let the callers answered so far run: the calls they make next go out as
                     // a batch while the rest are still being answered.
                     tokio::task::yield_now().await;
                 }
+                let reply = match outcome {
+                    Ok(reply) => Ok(reply),
+                    Err(unanswered) => {
+                        if unanswered.may_have_run {
+                            found.extend(Orphan::in_doubt(&op, sent));
+                        }
+                        Err(unanswered.error)
+                    }
+                };
                 if let Err(Ok(reply)) = caller.send(reply)
                     && matches!(reply.value, Value::BulkString(_))
                 {

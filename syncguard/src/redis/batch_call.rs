@@ -1,7 +1,8 @@
 //! One call of the batch script: the operations it takes, how they are encoded, and how its
-//! reply is split among them. Batches, lone callers and the orphan releases all send it.
+//! reply is split among them. `batch_send` sends batches as such calls.
 
-use std::collections::HashMap;
+#[cfg(feature = "redis-cluster")]
+use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::{Cmd, Value};
@@ -10,6 +11,8 @@ use super::batch_function::BatchFunction;
 use super::connection::{Conn, ConnError};
 use super::error::{error_from_reply, unexpected_reply};
 use super::keys::Located;
+#[cfg(feature = "redis-cluster")]
+use super::node_map::NodeMap;
 use super::timed_out;
 use crate::backend::time::TIME_TOLERANCE_MS;
 use crate::error::LockError;
@@ -61,6 +64,7 @@ pub(crate) enum NewExpiry {
 impl Op {
     /// The lock key the operation is sent for, when it names one: every key of an operation
     /// in the cluster layout is in this key's hash slot.
+    #[cfg(feature = "redis-cluster")]
     pub(super) fn lock_key(&self) -> Option<&str> {
         match self {
             Op::Acquire { lock_key, .. } => Some(lock_key),
@@ -203,9 +207,10 @@ impl Op {
 /// What every batch call of one backend passes before its operations, and how the call reaches
 /// the server (as a function or a script).
 pub(crate) struct Header {
-    /// Whether each call carries the operations of one lock key only (on a cluster, where
-    /// the keys of a call must be in one hash slot), or any operations (one server).
-    pub(crate) per_key_calls: bool,
+    /// On a Redis Cluster, which primary serves which lock key: a batch goes out as one call
+    /// per node (see `node_call`). `None` on one server: one call carries any operations.
+    #[cfg(feature = "redis-cluster")]
+    pub(crate) nodes: Option<Arc<NodeMap>>,
     /// `<prefix>:id:`, the start of every index key; empty in the cluster layout.
     pub(crate) index_prefix: Box<str>,
     /// Where releases are published (`<prefix>:released`); empty when they are not.
@@ -221,6 +226,31 @@ pub(crate) struct Reply {
     pub(crate) value: Value,
     pub(crate) now_ms: u64,
 }
+
+/// What one operation of a call came to: its reply, or why it has none.
+pub(crate) type Outcome = Result<Reply, Unanswered>;
+
+/// An operation without a reply: the error its caller gets, and whether it may have run all
+/// the same (on a cluster, sent again on its own and that call failed in doubt), as a whole
+/// call that failed may have.
+pub(crate) struct Unanswered {
+    pub(crate) error: LockError,
+    pub(crate) may_have_run: bool,
+}
+
+impl From<LockError> for Unanswered {
+    /// The error an operation met when it ran (it changed nothing).
+    fn from(error: LockError) -> Self {
+        Self {
+            error,
+            may_have_run: false,
+        }
+    }
+}
+
+/// The reply of an operation that a cluster node did not serve (`lua/batch.lua`): it ran
+/// nothing.
+pub(super) const NOT_SERVED_HERE: i64 = -101;
 
 /// Why a whole batch failed; each of its callers gets the mapped error.
 pub(super) enum Failure {
@@ -246,64 +276,56 @@ impl Failure {
     }
 }
 
-/// `items` (each carrying an operation) split into the calls that carry them: all in one call
-/// on one server; on a cluster, one call per lock key, so that the keys of a call are in one
-/// hash slot. The operations of one key keep their order.
-pub(super) fn split_into_calls<T>(
-    header: &Header,
-    items: Vec<T>,
-    op: impl Fn(&T) -> &Op,
-) -> Vec<Vec<T>> {
-    if !header.per_key_calls || items.len() <= 1 {
-        return vec![items];
-    }
-    let mut group_of: HashMap<String, usize> = HashMap::new();
-    let mut groups: Vec<Vec<T>> = Vec::new();
-    for item in items {
-        // An operation without a lock key (the reference layout's, never on a cluster) goes
-        // alone.
-        let group = match op(&item).lock_key() {
-            Some(lock_key) => *group_of.entry(lock_key.to_owned()).or_insert_with(|| {
-                groups.push(Vec::new());
-                groups.len() - 1
-            }),
-            None => {
-                groups.push(Vec::new());
-                groups.len() - 1
-            }
-        };
-        groups[group].push(item);
-    }
-    groups
+/// Where a call passes the keys of its operations.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum KeysIn {
+    /// Declared (`KEYS`): on a cluster, all in one slot.
+    Keys,
+    /// In `ARGV`, none declared: a node call of a cluster, sent to the primary of its first
+    /// lock key's slot, whose keys are in many slots of that node.
+    #[cfg(feature = "redis-cluster")]
+    Args,
 }
 
-/// [`send`], given up after `timeout` (the operation timeout): the backend's own bound, so
-/// that a connection of the user's without a response timeout (a `ConnectionManager`, or a
-/// pool's connections, gone half-open) cannot hold a batch slot or the orphan releases for as
-/// long as the network holds the call.
-pub(super) async fn send_within(
+/// Runs `ops` in one call of the batch script; their replies, in order, with an operation its
+/// node did not serve as [`NOT_SERVED_HERE`].
+pub(super) async fn call(
     conn: &Conn,
     header: &Header,
     ops: &[Op],
-    timeout: Duration,
+    keys_in: KeysIn,
 ) -> Result<Vec<Result<Reply, LockError>>, Failure> {
-    tokio::time::timeout(timeout, send(conn, header, ops))
-        .await
-        .unwrap_or(Err(Failure::TimedOut(timeout)))
-}
-
-/// Runs `ops` in one call of the batch script; their replies, in order.
-pub(super) async fn send(
-    conn: &Conn,
-    header: &Header,
-    ops: &[Op],
-) -> Result<Vec<Result<Reply, LockError>>, Failure> {
-    let keys = ops.iter().map(Op::keys).sum();
-    let args = ops.iter().map(Op::args).sum::<usize>() + 3;
+    let keys = ops.iter().map(Op::keys).sum::<usize>();
+    let op_args = ops.iter().map(Op::args).sum::<usize>();
     let bytes = ops.iter().map(Op::bytes).sum::<usize>()
         + header.index_prefix.len()
         + header.release_channel.len();
-    let mut cmd = header.function.command(keys, args, bytes);
+    #[cfg(feature = "redis-cluster")]
+    if keys_in == KeysIn::Args
+        && let Some(first) = ops.first().and_then(Op::lock_key)
+    {
+        // No key declared: the keys come after their count, ahead of the operations.
+        let mut cmd = header.function.command(0, 4 + keys + op_args, bytes);
+        cmd.arg(TIME_TOLERANCE_MS)
+            .arg("{}")
+            .arg(&*header.release_channel)
+            .arg(keys);
+        for op in ops {
+            op.push_keys(&mut cmd);
+        }
+        for op in ops {
+            op.push_args(&mut cmd);
+        }
+        let slot = super::node_map::slot_of(first.as_bytes());
+        let reply = conn
+            .batch_on_primary_of(slot, &header.function, &cmd)
+            .await
+            .map_err(Failure::Conn)?;
+        return replies(reply, ops.len());
+    }
+    #[cfg(not(feature = "redis-cluster"))]
+    let KeysIn::Keys = keys_in;
+    let mut cmd = header.function.command(keys, 3 + op_args, bytes);
     for op in ops {
         op.push_keys(&mut cmd);
     }
@@ -317,11 +339,16 @@ pub(super) async fn send(
         .batch(&header.function, &cmd)
         .await
         .map_err(Failure::Conn)?;
+    replies(reply, ops.len())
+}
+
+/// The replies of a call's `ops` operations, from its reply: the server time, then one each.
+fn replies(reply: Value, ops: usize) -> Result<Vec<Result<Reply, LockError>>, Failure> {
     let Value::Array(mut replies) = reply else {
         return Err(Failure::Reply(reply));
     };
     let now_ms = match replies.first() {
-        Some(Value::Int(now)) if replies.len() == ops.len() + 1 => u64::try_from(*now).ok(),
+        Some(Value::Int(now)) if replies.len() == ops + 1 => u64::try_from(*now).ok(),
         _ => None,
     };
     let Some(now_ms) = now_ms else {
@@ -332,4 +359,20 @@ pub(super) async fn send(
         .into_iter()
         .map(|value| error_from_reply(value).map(|value| Reply { value, now_ms }))
         .collect())
+}
+
+/// An operation's outcome from its reply: one its node did not serve, even in a call of its
+/// own, is refused for now.
+pub(super) fn outcome(reply: Result<Reply, LockError>) -> Outcome {
+    match reply {
+        Ok(Reply {
+            value: Value::Int(NOT_SERVED_HERE),
+            ..
+        }) => Err(LockError::service_unavailable(
+            "the Redis Cluster node did not serve the lock's hash slot (the slot is moving, or \
+             the cluster is down); nothing was changed, try again",
+        )
+        .into()),
+        reply => reply.map_err(Unanswered::from),
+    }
 }

@@ -29,6 +29,15 @@ impl Conn {
         }
         false
     }
+
+    /// The cluster connection, on a cluster.
+    #[cfg(feature = "redis-cluster")]
+    pub(super) fn cluster(&self) -> Option<&::redis::cluster_async::ClusterConnection> {
+        match self {
+            Conn::Cluster(cluster) => Some(cluster),
+            _ => None,
+        }
+    }
 }
 
 /// A connection of yours for [`RedisBackend::new`](super::RedisBackend::new): a redis-rs
@@ -162,6 +171,30 @@ impl Conn {
         self.run(Runs::Batch(function), cmd).await
     }
 
+    /// Runs one batch call that declares no key (a node call) on the primary that serves
+    /// `slot`, as the cluster connection knows it: redirected by nothing (there is no key to
+    /// redirect), it runs there, and the node refuses in the call the keys it does not serve.
+    #[cfg(feature = "redis-cluster")]
+    pub(super) async fn batch_on_primary_of(
+        &self,
+        slot: u16,
+        function: &BatchFunction,
+        cmd: &Cmd,
+    ) -> Result<Value, ConnError> {
+        match self {
+            Conn::Cluster(cluster) => {
+                let mut primary = PrimaryOf {
+                    cluster: cluster.clone(),
+                    slot,
+                };
+                run_on(&mut primary, Runs::Batch(function), cmd)
+                    .await
+                    .map_err(ConnError::Redis)
+            }
+            _ => self.batch(function, cmd).await,
+        }
+    }
+
     async fn run(&self, runs: Runs<'_>, cmd: &Cmd) -> Result<Value, ConnError> {
         match self {
             Conn::Manager(manager) => run_on(&mut manager.clone(), runs, cmd).await,
@@ -173,6 +206,39 @@ impl Conn {
             Conn::Cluster(cluster) => run_on(&mut cluster.clone(), runs, cmd).await,
         }
         .map_err(ConnError::Redis)
+    }
+}
+
+/// A cluster connection that sends each command to the primary of one slot, whatever keys
+/// the command names (a node call names none).
+#[cfg(feature = "redis-cluster")]
+struct PrimaryOf {
+    cluster: ::redis::cluster_async::ClusterConnection,
+    slot: u16,
+}
+
+#[cfg(feature = "redis-cluster")]
+impl ConnectionLike for PrimaryOf {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> ::redis::RedisFuture<'a, Value> {
+        use ::redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+        let primary = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
+            self.slot,
+            SlotAddr::Master,
+        )));
+        Box::pin(self.cluster.route_command(cmd.clone(), primary))
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a ::redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> ::redis::RedisFuture<'a, Vec<Value>> {
+        self.cluster.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        0
     }
 }
 

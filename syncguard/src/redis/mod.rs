@@ -146,9 +146,15 @@
 //! `RedisConfig::with_tls_root_certs` then covers every node and the release subscriber, and
 //! is refused with a plain `redis-cluster://` URL.
 //!
-//! - **Batching.** Calls made at the same moment are batched per lock key (hence per slot):
-//!   on a hot key they share script calls as on one server; on distinct keys each goes in its
-//!   own call to its node, all sent at once. A call never carries keys of two slots.
+//! - **Batching.** Calls made at the same moment are batched per primary: one call to each
+//!   node that serves some of their locks, all sent at once, as one server gets one call. The
+//!   backend keeps a map of slots to primaries (`CLUSTER SLOTS`, read again when a node turns
+//!   out not to serve a slot); the call declares no key and goes to the primary of its first
+//!   lock's slot, and the function (registered with `allow-cross-slot-keys`) reaches the
+//!   other slots of that node. An
+//!   operation its node does not serve (a stale map, a slot being migrated) runs nothing there
+//!   and is sent again at once in a call of its own that declares its keys, all in one slot,
+//!   which redis-rs routes and redirects.
 //! - **Redirections and retries.** A call redirected (a slot moved, a replica promoted) or cut
 //!   by a dropped connection is sent again by redis-rs, up to 8 times, within the operation
 //!   timeout. An acquire run twice that way is answered "acquired" (the script recognizes its
@@ -350,6 +356,7 @@
 mod batch;
 mod batch_call;
 mod batch_function;
+mod batch_send;
 mod cluster_url;
 mod config;
 mod connect;
@@ -357,6 +364,10 @@ mod connection;
 mod error;
 mod keys;
 mod known;
+#[cfg(feature = "redis-cluster")]
+mod node_call;
+#[cfg(feature = "redis-cluster")]
+mod node_map;
 mod operations;
 mod orphans;
 mod scripts;
@@ -496,7 +507,10 @@ impl RedisBackend {
         };
         let layout = Layout::new(config.prefix(), kind);
         let header = batch::Header {
-            per_key_calls: conn.is_cluster(),
+            #[cfg(feature = "redis-cluster")]
+            nodes: conn
+                .cluster()
+                .map(|cluster| Arc::new(node_map::NodeMap::new(cluster.clone()))),
             index_prefix: layout.index_prefix().into(),
             release_channel: match (config.release_notifications(), conn.is_cluster()) {
                 (false, _) => "".into(),

@@ -23,7 +23,8 @@ use std::time::Duration;
 use ::redis::Value;
 use tokio::time::{Instant, sleep};
 
-use super::batch_call::{Header, Op, send_within, split_into_calls};
+use super::batch_call::{Header, Op};
+use super::batch_send::{send_within, split_into_calls};
 use super::connection::Conn;
 use super::keys::Located;
 use crate::backend::time::TIME_TOLERANCE_MS;
@@ -179,7 +180,7 @@ async fn drain(orphans: Arc<Orphans>, conn: Conn, header: Arc<Header>) {
             sleep(next_due.map_or(RETRY_FIRST, |at| at - now)).await;
             continue;
         }
-        // One call on one server; on a cluster, one per lock key.
+        // One call on one server; on a cluster, one per node.
         for due in split_into_calls(&header, due, |orphan| &orphan.release) {
             pause = release_due(&orphans, &conn, &header, due, pause).await;
         }

@@ -77,7 +77,8 @@ const BATCH_CODE: &str = include_str!("lua/batch.lua");
 
 /// The batch as a function library: `FUNCTION LOAD` code, and the name of the library and of
 /// its one function (`syncguard_` and the start of the script's hash: a changed script is
-/// another library).
+/// another library). The function may reach keys of any slot its node serves
+/// (`allow-cross-slot-keys`: a node call of a Redis Cluster, see `lua/batch.lua`).
 pub(crate) struct BatchLibrary {
     pub(crate) name: String,
     pub(crate) code: String,
@@ -86,8 +87,10 @@ pub(crate) struct BatchLibrary {
 impl BatchLibrary {
     pub(crate) fn new() -> Self {
         let name = format!("syncguard_{}", &BATCH.script.get_hash()[..16]);
-        let code =
-            format!("#!lua name={name}\n{BATCH_CODE}redis.register_function('{name}', batch)\n");
+        let code = format!(
+            "#!lua name={name}\n{BATCH_CODE}redis.register_function{{function_name='{name}', \
+             callback=batch, flags={{'allow-cross-slot-keys'}}}}\n"
+        );
         Self { name, code }
     }
 }

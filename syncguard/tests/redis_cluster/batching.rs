@@ -1,6 +1,6 @@
-//! Batching on a cluster: concurrent operations on many keys (which one server would run in
-//! one script call) go out one call per lock key, so that no call spans hash slots, and the
-//! operations of one hot key still share calls.
+//! Batching on the shared cluster: concurrent operations on many keys (which one server would
+//! run in one script call) go out one call per primary (see `node_calls` for the count), all
+//! succeeding, and the operations of one hot key share calls.
 
 use std::collections::HashSet;
 use std::sync::Arc;

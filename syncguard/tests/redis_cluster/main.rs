@@ -25,6 +25,7 @@ mod batching;
 mod conformance;
 mod connection;
 mod faults;
+mod node_calls;
 mod scripts;
 mod support_check;
 mod topology;

@@ -7,9 +7,9 @@
 -- them (a script is atomic, and all of them see the same server time).
 --
 -- ARGV[1] tolerance ms, ARGV[2] index key prefix ("<prefix>:id:", or empty in the cluster
--- layout, which has no index), ARGV[3] release channel ("<prefix>:released"; "{}" and the
--- channel on a Redis Cluster, for the lock's own shard channel; empty for none), then per
--- operation:
+-- layout, which has no index; "{}" for a node call, below), ARGV[3] release channel
+-- ("<prefix>:released"; "{}" and the channel on a Redis Cluster, for the lock's own shard
+-- channel; empty for none), then per operation:
 --   'A' lockId ttlMs pxMs userKey          KEYS: lock key, [index key], fence key
 --   'H' lockId ttlMs pxMs userKey holder   KEYS: lock key, [index key], fence key
 --   'R' lockId                             KEYS: index key
@@ -22,6 +22,17 @@
 --   'e' lockId ttlMs pxMs                  KEYS: lock key, [index key]
 --   'b' lockId byMs                        KEYS: lock key, [index key]
 --   't' lockId atMs                        KEYS: lock key, [index key]
+-- A node call of a Redis Cluster (ARGV[2] "{}", cluster layout) carries the operations of
+-- locks in many slots of one node: it declares no key (a cluster refuses declared keys of more
+-- than one slot), their keys come in ARGV after their count (ARGV[4]), in the order above,
+-- before the operations, and the client sends it to the node it means. The function is
+-- registered with allow-cross-slot-keys; a script (EVALSHA, no flags) may reach other slots of
+-- its node as it is. Without a declared key the call is never redirected, so it never runs
+-- with ASKING: a key is served only where it lives (a key of a slot being migrated, only on
+-- the node that has it). An operation whose key the node does not serve (the slot is
+-- elsewhere, or moving and the key not here, or the cluster is down) fails at its first
+-- command on that key, before it writes anything, and replies -101: the client sends it again
+-- in a call that declares its keys, which the cluster redirects as it should.
 -- [index key] is there in the reference layout only. The upper-case forms find the lock key
 -- through the index; the lower-case forms are for locks whose lock key the caller knows (it
 -- took the lock itself, or the cluster layout derives the key from the lock id), so they skip
@@ -46,7 +57,8 @@
 --   expire at {1, atMs} when set (at or below the dead line: the lock is expired, its keys
 --           gone a millisecond later); 0, -1, -2 as release
 --   or {-100, 'CODE message'} when that operation hit data it cannot use (WRONGTYPE, BADDATA);
---   it took, extended or released nothing, and the other operations are unaffected.
+--   it took, extended or released nothing, and the other operations are unaffected;
+--   or -101 when the node does not serve its key (see node calls above); it ran nothing.
 -- (The reference's scripts return {1, fence, expiresAtMs} and {1, expiresAtMs}: the same
 -- values, without a table per operation.)
 --
@@ -96,6 +108,8 @@ local KEY = '"key":"'
 -- The largest expiry an extend by an amount reaches: the largest integer a Lua number (a
 -- double) holds exactly.
 local MAX_EXPIRES = 9007199254740991
+-- The reply of an operation whose key this cluster node does not serve.
+local NOT_SERVED_HERE = -101
 
 -- now + ttl as text; the operations of a batch mostly share their ttl, so it is formatted once
 -- per call (`batch` forgets the last one: it is of an earlier call's time).
@@ -419,10 +433,10 @@ local function expireAt(knownKey, indexKey, lockId, at)
   return {1, expires}
 end
 
--- Runs one operation; an error (a wrong type under one of its keys) becomes its reply alone.
--- The commands that can fail (on a wrong type) come before the lock writes, so a failed
--- operation took, extended or released nothing (at most an acquire dropped the stale index of
--- a dead lock).
+-- Runs one operation; an error (a wrong type under one of its keys, a key of a slot this node
+-- does not serve) becomes its reply alone. The commands that can fail come before the lock
+-- writes, so a failed operation took, extended or released nothing (at most an acquire dropped
+-- the stale index of a dead lock, in the reference layout, which no cluster runs).
 local function run(operation, ...)
   local ok, reply = pcall(operation, ...)
   if ok then
@@ -431,7 +445,13 @@ local function run(operation, ...)
   if type(reply) == 'table' then
     reply = reply.err
   end
-  return {-100, tostring(reply)}
+  reply = tostring(reply)
+  -- A cluster's refusal of a key the node does not serve, or of any key while the cluster is
+  -- down: "Script attempted to access a non local key ..." and the like.
+  if string.find(reply, 'Script attempted to', 1, true) then
+    return NOT_SERVED_HERE
+  end
+  return {-100, reply}
 end
 
 -- The whole call: KEYS and ARGV as described at the top. Run as a script (EVALSHA), the file
@@ -444,6 +464,12 @@ local function batch(KEYS, ARGV)
   -- A lock whose expiresAtMs is at or below this is expired (the liveness predicate).
   dead = now - tonumber(ARGV[1])
   indexPrefix, releaseChannel = ARGV[2], ARGV[3]
+  local keys, a = KEYS, 4
+  if indexPrefix == '{}' then
+    -- A node call: the keys in ARGV after their count.
+    local count = tonumber(ARGV[4])
+    keys, a, indexPrefix = {unpack(ARGV, 5, 4 + count)}, 5 + count, ''
+  end
   -- "{}" cannot start a channel of a prefix (prefixes have no braces): the cluster's marker.
   sharded = string.sub(releaseChannel, 1, 2) == '{}'
   if sharded then
@@ -454,49 +480,49 @@ local function batch(KEYS, ARGV)
   -- The reference layout passes each operation's index key after its lock key; the cluster
   -- layout has none.
   local ik = (indexPrefix ~= '') and 1 or 0
-  local k, a, n = 1, 4, 1
+  local k, n = 1, 1
   while a <= #ARGV do
     local op = ARGV[a]
     n = n + 1
     -- The index key after a known lock key (nil in the cluster layout).
-    local index = (ik == 1) and KEYS[k + 1] or nil
+    local index = (ik == 1) and keys[k + 1] or nil
     if op == 'A' then
-      replies[n] = run(acquire, KEYS[k], index, KEYS[k + 1 + ik], ARGV[a + 1], ARGV[a + 2],
+      replies[n] = run(acquire, keys[k], index, keys[k + 1 + ik], ARGV[a + 1], ARGV[a + 2],
         ARGV[a + 3], ARGV[a + 4])
       k, a = k + 2 + ik, a + 5
     elseif op == 'H' then
-      replies[n] = run(acquire, KEYS[k], index, KEYS[k + 1 + ik], ARGV[a + 1], ARGV[a + 2],
+      replies[n] = run(acquire, keys[k], index, keys[k + 1 + ik], ARGV[a + 1], ARGV[a + 2],
         ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
       k, a = k + 2 + ik, a + 6
     elseif op == 'r' then
-      replies[n] = run(release, KEYS[k], index, ARGV[a + 1])
+      replies[n] = run(release, keys[k], index, ARGV[a + 1])
       k, a = k + 1 + ik, a + 2
     elseif op == 'o' then
-      replies[n] = run(releaseOrphan, KEYS[k], index, ARGV[a + 1])
+      replies[n] = run(releaseOrphan, keys[k], index, ARGV[a + 1])
       k, a = k + 1 + ik, a + 2
     elseif op == 'e' then
-      replies[n] = run(extend, KEYS[k], index, ARGV[a + 1], ARGV[a + 2], ARGV[a + 3])
+      replies[n] = run(extend, keys[k], index, ARGV[a + 1], ARGV[a + 2], ARGV[a + 3])
       k, a = k + 1 + ik, a + 4
     elseif op == 'b' then
-      replies[n] = run(extendBy, KEYS[k], index, ARGV[a + 1], ARGV[a + 2])
+      replies[n] = run(extendBy, keys[k], index, ARGV[a + 1], ARGV[a + 2])
       k, a = k + 1 + ik, a + 3
     elseif op == 't' then
-      replies[n] = run(expireAt, KEYS[k], index, ARGV[a + 1], ARGV[a + 2])
+      replies[n] = run(expireAt, keys[k], index, ARGV[a + 1], ARGV[a + 2])
       k, a = k + 1 + ik, a + 3
     elseif op == 'R' then
-      replies[n] = run(release, nil, KEYS[k], ARGV[a + 1])
+      replies[n] = run(release, nil, keys[k], ARGV[a + 1])
       k, a = k + 1, a + 2
     elseif op == 'O' then
-      replies[n] = run(releaseOrphan, nil, KEYS[k], ARGV[a + 1])
+      replies[n] = run(releaseOrphan, nil, keys[k], ARGV[a + 1])
       k, a = k + 1, a + 2
     elseif op == 'E' then
-      replies[n] = run(extend, nil, KEYS[k], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3])
+      replies[n] = run(extend, nil, keys[k], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3])
       k, a = k + 1, a + 4
     elseif op == 'B' then
-      replies[n] = run(extendBy, nil, KEYS[k], ARGV[a + 1], ARGV[a + 2])
+      replies[n] = run(extendBy, nil, keys[k], ARGV[a + 1], ARGV[a + 2])
       k, a = k + 1, a + 3
     elseif op == 'T' then
-      replies[n] = run(expireAt, nil, KEYS[k], ARGV[a + 1], ARGV[a + 2])
+      replies[n] = run(expireAt, nil, keys[k], ARGV[a + 1], ARGV[a + 2])
       k, a = k + 1, a + 3
     else
       return redis.error_reply('ERR syncguard batch: unknown operation ' .. tostring(op))
