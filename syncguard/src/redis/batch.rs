@@ -101,7 +101,9 @@ impl Batcher {
             && self.on_the_wire.available_permits() == MAX_IN_FLIGHT
             && let Ok(permit) = Arc::clone(&self.on_the_wire).try_acquire_owned()
         {
-            return self.run_alone(op, permit).await;
+            // Boxed: the send is large (the connection's and the script's futures), and
+            // inline it would be moved with every caller's future, queued or not.
+            return Box::pin(self.run_alone(op, permit)).await;
         }
         let (reply, answer) = oneshot::channel();
         let mut waiting = Waiting {

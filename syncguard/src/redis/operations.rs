@@ -87,8 +87,8 @@ impl RedisBackend {
                 Ok(fence) => (lock_id, fence),
                 Err(error) => {
                     // Past the fence maximum (or garbage): do not leave the lock held for its
-                    // ttl.
-                    let _ = self.release_once(&lock_id).await;
+                    // ttl. Boxed: a rare path, kept out of every acquire's future.
+                    let _ = Box::pin(self.release_once(&lock_id)).await;
                     return Err(error);
                 }
             },
