@@ -128,7 +128,7 @@
 //! cluster connection, which learns the slot map from any of the nodes listed, keeps one
 //! multiplexed connection per node, and follows `MOVED` and `ASK` redirections itself. The
 //! backend uses the [cluster layout](#the-cluster-layout) (the reference layout is refused),
-//! so every operation is one script call on the node that serves its key:
+//! so every operation runs on the node that serves its key:
 //!
 //! ```no_run
 //! # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {
@@ -151,10 +151,11 @@
 //!   backend keeps a map of slots to primaries (`CLUSTER SLOTS`, read again when a node turns
 //!   out not to serve a slot); the call declares no key and goes to the primary of its first
 //!   lock's slot, and the function (registered with `allow-cross-slot-keys`) reaches the
-//!   other slots of that node. An
-//!   operation its node does not serve (a stale map, a slot being migrated) runs nothing there
-//!   and is sent again at once in a call of its own that declares its keys, all in one slot,
-//!   which redis-rs routes and redirects.
+//!   other slots of that node. An operation its node does not serve (a stale map, a slot
+//!   being migrated, a node demoted to replica) runs nothing there and is sent again at once in
+//!   a call of its own that declares its keys, all in one slot, which redis-rs routes and
+//!   redirects. While a slot is being migrated, a new lock of that slot (its two keys absent
+//!   from both nodes) is refused with a retryable error (`TRYAGAIN`) until the migration ends.
 //! - **Redirections and retries.** A call redirected (a slot moved, a replica promoted) or cut
 //!   by a dropped connection is sent again by redis-rs, up to 8 times, within the operation
 //!   timeout. An acquire run twice that way is answered "acquired" (the script recognizes its
