@@ -361,18 +361,31 @@ fn replies(reply: Value, ops: usize) -> Result<Vec<Result<Reply, LockError>>, Fa
         .collect())
 }
 
-/// An operation's outcome from its reply: one its node did not serve, even in a call of its
-/// own, is refused for now.
-pub(super) fn outcome(reply: Result<Reply, LockError>) -> Outcome {
-    match reply {
+/// Whether an operation's reply says its node did not serve its key ([`NOT_SERVED_HERE`]).
+pub(super) fn not_served(reply: &Result<Reply, LockError>) -> bool {
+    matches!(
+        reply,
         Ok(Reply {
             value: Value::Int(NOT_SERVED_HERE),
             ..
-        }) => Err(LockError::service_unavailable(
-            "the Redis Cluster node did not serve the lock's hash slot (the slot is moving, or \
-             the cluster is down); nothing was changed, try again",
-        )
-        .into()),
-        reply => reply.map_err(Unanswered::from),
+        })
+    )
+}
+
+/// The error of an operation that no node served, not even in a call of its own: it ran
+/// nothing, and may be tried again.
+pub(super) fn not_served_error() -> LockError {
+    LockError::service_unavailable(
+        "the Redis Cluster node did not serve the lock's hash slot (the slot is moving, or the \
+         cluster is down); nothing was changed, try again",
+    )
+}
+
+/// An operation's outcome from its reply: one its node did not serve, even in a call of its
+/// own, is refused for now.
+pub(super) fn outcome(reply: Result<Reply, LockError>) -> Outcome {
+    if not_served(&reply) {
+        return Err(not_served_error().into());
     }
+    reply.map_err(Unanswered::from)
 }

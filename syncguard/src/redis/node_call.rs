@@ -5,10 +5,11 @@
 //! The call declares no key and passes the keys as arguments; it goes to the primary of its
 //! first lock key's slot (as the cluster connection knows it). The function, registered with
 //! `allow-cross-slot-keys`, runs each operation whose keys the node serves, and answers the
-//! others [`NOT_SERVED_HERE`] having run nothing of them (a stale map, a slot being migrated, a
-//! cluster down; see `lua/batch.lua`). Those are sent again at once, each lock key's in a call
-//! of its own that declares its keys, so that the cluster connection follows the slot for them
-//! (MOVED, ASK, TRYAGAIN) as for any call; and the map is read again.
+//! others "not served here" (`batch_call::NOT_SERVED_HERE`) having run nothing of them (a
+//! stale map, a slot being migrated, a cluster down; see `lua/batch.lua`). Those are sent
+//! again at once, each lock key's in a call of its own that declares its keys, so that the
+//! cluster connection follows the slot for them (MOVED, ASK, TRYAGAIN) as for any call; and
+//! the map is read again.
 //!
 //! A declared key would let the cluster redirect the whole call by `ASK` to a node importing
 //! that key's slot, where it would run with `ASKING` and could write keys of that slot which
@@ -18,11 +19,10 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::Arc;
 
-use ::redis::Value;
 use futures_util::future::join_all;
 
 use super::batch_call::{
-    Failure, Header, KeysIn, NOT_SERVED_HERE, Op, Outcome, Reply, Unanswered, call, outcome,
+    Failure, Header, KeysIn, Op, Outcome, Unanswered, call, not_served, not_served_error, outcome,
 };
 use super::connection::{Conn, ConnError};
 use super::node_map::NodeMap;
@@ -35,35 +35,26 @@ pub(super) async fn send(
     nodes: &Arc<NodeMap>,
     ops: &[Op],
 ) -> Result<Vec<Outcome>, Failure> {
-    let replies = match call(conn, header, ops, KeysIn::Args).await {
-        Ok(replies) => replies,
-        // Refused before it ran: a node that is no primary any more (a failover the cluster
-        // connection has not learnt of yet: it learns from the redirections of the calls sent
-        // again), or one not serving now. Every operation goes again on its own.
-        Err(failure) if refused_unrun(&failure) => (0..ops.len())
-            .map(|_| {
-                Ok(Reply {
-                    value: Value::Int(NOT_SERVED_HERE),
-                    now_ms: 0,
-                })
-            })
-            .collect(),
-        Err(failure) => return Err(failure),
-    };
-    let mut unserved = Vec::new();
-    let mut outcomes: Vec<Outcome> = Vec::with_capacity(replies.len());
-    for (index, reply) in replies.into_iter().enumerate() {
-        if matches!(
-            reply,
-            Ok(Reply {
-                value: Value::Int(NOT_SERVED_HERE),
-                ..
-            })
-        ) {
-            unserved.push(index);
-        }
-        outcomes.push(outcome(reply));
-    }
+    let (mut outcomes, unserved): (Vec<Outcome>, Vec<usize>) =
+        match call(conn, header, ops, KeysIn::Args).await {
+            Ok(replies) => {
+                let unserved = (replies.iter().enumerate())
+                    .filter(|(_, reply)| not_served(reply))
+                    .map(|(index, _)| index)
+                    .collect();
+                (replies.into_iter().map(outcome).collect(), unserved)
+            }
+            // Refused before it ran: a node that is no primary any more (a failover the cluster
+            // connection has not learnt of yet: it learns from the redirections of the calls
+            // sent again), or one not serving now. Every operation goes again on its own.
+            Err(failure) if refused_unrun(&failure) => (
+                (0..ops.len())
+                    .map(|_| Err(not_served_error().into()))
+                    .collect(),
+                (0..ops.len()).collect(),
+            ),
+            Err(failure) => return Err(failure),
+        };
     if unserved.is_empty() {
         return Ok(outcomes);
     }

@@ -2,8 +2,9 @@
 //! per node (see `node_call`) instead of one per lock key: a key's hash slot, reckoned as the
 //! cluster does (CRC16 of its hash tag), and each slot's primary as `CLUSTER SLOTS` last said.
 //!
-//! The map only groups operations; the cluster connection routes each call by the one key it
-//! declares, and a node runs only the operations whose keys it serves. A stale map (after a
+//! The map only groups operations; the cluster connection sends each node call to the primary
+//! of its first lock's slot as it knows it, and a node runs only the operations whose keys it
+//! serves. A stale map (after a
 //! migration or a failover, until the next refresh) costs speed, never correctness: an
 //! operation its node does not serve comes back unrun, is sent again on its own, and asks for a
 //! refresh.
