@@ -745,7 +745,9 @@ pub(super) async fn within<T>(
 ) -> Result<T, LockError> {
     tokio::time::timeout(timeout, operation)
         .await
-        .unwrap_or_else(|_elapsed| Err(timed_out(what, timeout)))
+        // The elapsed deadline as the source, as the connection's own response timeout gives
+        // its I/O error: the error is the same whichever of the two fires first.
+        .unwrap_or_else(|elapsed| Err(timed_out(what, timeout).with_source(elapsed)))
 }
 
 /// The error of an operation that did not `what` within `timeout` (the operation timeout).
