@@ -14,8 +14,12 @@
 //! node connection, a `PING` to the primaries that fails after a silence, or a channel the
 //! server unsubscribed (its slot moved, its primary became a replica) makes the subscriber
 //! send `SSUBSCRIBE` again for each channel concerned, each to its slot's current node (redis-rs
-//! follows `MOVED` and refreshes its slot map), retried at doubling pauses while it fails;
-//! then the first waiter of every key tries its lock.
+//! follows `MOVED` and refreshes its slot map), retried soon after a push and at doubling pauses
+//! while it fails; then the first waiter of every key tries its lock. When subscribing fails
+//! [`REOPEN_AFTER`] rounds in a row, the connection is dropped and a new one opened, which
+//! learns the cluster afresh: after a killed primary's replica took over, redis-rs 1.2.2's
+//! connection was seen to resend its own `SSUBSCRIBE` hundreds of times a second while ours
+//! timed out, for 20 s and more, until it was replaced.
 //!
 //! Where the server refuses `SSUBSCRIBE` (before Redis 7, or an ACL), the subscriber listens
 //! on the classic channel `<prefix>:released` instead, where the batch script publishes when
@@ -135,12 +139,30 @@ pub(super) async fn keep_subscribed(
     for key in notifier.listened_keys() {
         channels.change(key, true);
     }
-    // Once open, the connection stays: redis-rs reconnects each node itself.
     let mut pause = FIRST_PAUSE;
     let mut failures: u32 = 0;
-    let (conn, pushes) = loop {
+    loop {
         match open(source, net).await {
-            Ok(opened) => break opened,
+            Ok((conn, pushes)) => {
+                if failures > 0 {
+                    tracing::info!("syncguard: connected to the Redis Cluster for lock releases");
+                }
+                failures = 0;
+                pause = FIRST_PAUSE;
+                let mut subscriber = Subscriber {
+                    conn,
+                    net,
+                    notifier,
+                    channels: &mut channels,
+                    unsubscribing: JoinSet::new(),
+                };
+                subscriber.run(&mut changes, pushes).await;
+                tracing::debug!(
+                    "syncguard: subscribing to lock releases keeps failing on this Redis Cluster connection; opening a new one"
+                );
+                // At once: the old connection's view of the cluster was the problem.
+                continue;
+            }
             Err(error) => {
                 failures = failures.saturating_add(1);
                 if failures == 1 {
@@ -153,19 +175,11 @@ pub(super) async fn keep_subscribed(
         // Changes meanwhile wait in their channel.
         sleep(pause).await;
         pause = pause.saturating_mul(2).min(LONGEST_PAUSE);
-    };
-    if failures > 0 {
-        tracing::info!("syncguard: connected to the Redis Cluster for lock releases");
     }
-    let mut subscriber = Subscriber {
-        conn,
-        net,
-        notifier,
-        channels: &mut channels,
-        unsubscribing: JoinSet::new(),
-    };
-    subscriber.run(&mut changes, pushes).await
 }
+
+/// Failed rounds of `SSUBSCRIBE` in a row after which the subscriber opens a new connection.
+const REOPEN_AFTER: u32 = 2;
 
 /// Whether the server refused a command as such (unknown before Redis 7, or not permitted),
 /// rather than failing to run it.
@@ -277,17 +291,21 @@ struct Subscriber<'a, 'b> {
 }
 
 impl Subscriber<'_, '_> {
+    /// Subscribes and relays until subscribing has failed [`REOPEN_AFTER`] rounds in a row:
+    /// a sign that this connection's view of the cluster is stuck (it happens after a node was
+    /// killed and a replica promoted), so the caller opens a new one.
     async fn run(
         &mut self,
         changes: &mut UnboundedReceiver<Change>,
         mut pushes: UnboundedReceiver<PushInfo>,
-    ) -> Infallible {
+    ) {
         // Every channel wanted before this connection: subscribed now, and releases meanwhile
         // may have gone unheard.
         self.channels.all_unconfirmed();
         let mut missed = true;
         let mut retry_at = Some(Instant::now());
         let mut pause = FIRST_PAUSE;
+        let mut failed_rounds = 0;
         let mut silent_since = Instant::now();
         loop {
             let retry = async {
@@ -315,8 +333,11 @@ impl Subscriber<'_, '_> {
                     silent_since = Instant::now();
                     if self.heard(push) {
                         missed = true;
-                        // A moment for the cluster to settle (a failover, a slot moving).
-                        retry_at.get_or_insert_with(|| Instant::now() + FIRST_PAUSE);
+                        // Soon (not later than a pause already under way), after a moment for
+                        // the cluster to settle (a failover, a slot moving).
+                        let soon = Instant::now() + FIRST_PAUSE;
+                        retry_at = Some(retry_at.map_or(soon, |at| at.min(soon)));
+                        pause = FIRST_PAUSE;
                     }
                 }
                 () = retry => {
@@ -324,7 +345,12 @@ impl Subscriber<'_, '_> {
                         missed = false;
                         retry_at = None;
                         pause = FIRST_PAUSE;
+                        failed_rounds = 0;
                     } else {
+                        failed_rounds += 1;
+                        if failed_rounds >= REOPEN_AFTER {
+                            return;
+                        }
                         // A node out of reach (failing over, say): again after a pause.
                         missed = true;
                         retry_at = Some(Instant::now() + pause);
