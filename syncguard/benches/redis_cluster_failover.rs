@@ -18,7 +18,8 @@
 //! every worker's time counted from the moment the replica served the slot (what the cluster's
 //! own failure detection leaves to the client), beside 2 x ttl. `SYNCGUARD_BENCH_ROUNDS` sets
 //! the rounds of each kind (default 3); `RUST_LOG=syncguard=debug` shows what the backends'
-//! release subscribers did.
+//! release subscribers did. At the end it counts the grants whose fence is not above the one
+//! before (holders take turns, so fences in grant order must grow).
 //! Needs `SYNCGUARD_REDIS_SERVER_BIN` and `SYNCGUARD_REDIS_CLI_BIN` (exported by the test
 //! command's `scripts/services.sh`).
 
@@ -74,11 +75,14 @@ fn main() {
         // When each worker acquired, every time.
         let acquired: Arc<Mutex<Vec<Vec<Instant>>>> =
             Arc::new(Mutex::new(vec![Vec::new(); WORKERS]));
+        // Every grant's fence, in the order the grants were made (holders take turns).
+        let fences: Arc<Mutex<Vec<u64>>> = Arc::default();
         let stop = CancellationToken::new();
         let mut workers = Vec::new();
         for worker in 0..WORKERS {
             let backend = backends[worker % 2].clone();
             let (key, acquired, stop) = (key.clone(), Arc::clone(&acquired), stop.clone());
+            let fences = Arc::clone(&fences);
             workers.push(tokio::spawn(async move {
                 let options = LockOptions::builder()
                     .ttl(TTL)
@@ -89,6 +93,7 @@ fn main() {
                     match syncguard::acquire(&backend, &key, &options).await {
                         Ok(guard) => {
                             acquired.lock().unwrap()[worker].push(Instant::now());
+                            fences.lock().unwrap().push(guard.fence().get());
                             sleep(HOLD).await;
                             let _ = guard.release().await;
                         }
@@ -128,6 +133,13 @@ fn main() {
         for worker in workers {
             worker.await.expect("a worker panicked");
         }
+        let fences = fences.lock().unwrap();
+        let out_of_order = fences.windows(2).filter(|pair| pair[1] <= pair[0]).count();
+        println!(
+            "\n{} grants in all; fences in grant order: {out_of_order} not above the one before \
+             (a grant lost with a primary that had not replicated it would show here)",
+            fences.len()
+        );
     });
 }
 
