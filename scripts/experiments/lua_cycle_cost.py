@@ -4,7 +4,8 @@ One-off measurement behind BENCHMARKS.md ("The cluster layout's Lua"): loads a L
 that defines `batch(KEYS, ARGV)` (syncguard/src/redis/lua/batch.lua, or lua_cycle_compact.lua)
 as a function library on a Redis 7 server of your own, then sends N pipelined pairs of calls,
 32 cluster-layout acquires then their 32 releases, and prints the function's usec per cycle
-and each command's. NODE=1 sends node calls (no declared key) as on a cluster node.
+and each command's. NODE=1 sends node calls (no declared key) as on a cluster node;
+RELEASE_OP=q sends the releases of a caller with nobody waiting (the default, r, one with waiters).
 
     redis-server --port 18555 --save '' --appendonly no --daemonize yes
     pip install redis
@@ -34,6 +35,8 @@ def lid():
 keys = [f"p:{{{lid()[:11]}}}" for _ in range(B)]
 ids = [lid() for _ in range(B)]
 NODE = os.environ.get('NODE')
+# 'q': the release of a caller with no waiters (no key read back); 'r' reads it back.
+RELEASE_OP = os.environ.get('RELEASE_OP', 'r')
 def shape(ks, args):
     if NODE:
         args[1] = '{}'
@@ -49,7 +52,7 @@ def release_call():
     ks, args = [], ['1000', '', channel]
     for k, i in zip(keys, ids):
         ks += [k]
-        args += ['r', i]
+        args += [RELEASE_OP, i]
     return shape(ks, args)
 a, rel = acquire_call(), release_call()
 N = int(os.environ.get('N', '3000'))

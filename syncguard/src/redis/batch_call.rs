@@ -35,13 +35,13 @@ pub(crate) enum Op {
     Release {
         at: Located,
         lock_id: LockId,
+        /// Whether this process has waiters that a release without a publish should wake:
+        /// the script then replies with the lock's key (read out of its record), else 1.
+        wake_here: bool,
     },
     /// The release of the lock an acquire as a holder took for a caller that never learnt it:
     /// only while it is unclaimed (no re-entry or extend used its lock id since).
-    ReleaseUnclaimed {
-        at: Located,
-        lock_id: LockId,
-    },
+    ReleaseUnclaimed { at: Located, lock_id: LockId },
     /// `extend`, `extend_by` and `expire_at`, as `expiry` says.
     Extend {
         at: Located,
@@ -173,8 +173,16 @@ impl Op {
                     cmd.arg(holder.as_str());
                 }
             }
-            Op::Release { at, lock_id } => {
-                cmd.arg(letter(at, "r", "R")).arg(lock_id.as_str());
+            Op::Release {
+                at,
+                lock_id,
+                wake_here,
+            } => {
+                let release = match wake_here {
+                    true => letter(at, "r", "R"),
+                    false => letter(at, "q", "Q"),
+                };
+                cmd.arg(release).arg(lock_id.as_str());
             }
             Op::ReleaseUnclaimed { at, lock_id } => {
                 cmd.arg(letter(at, "o", "O")).arg(lock_id.as_str());

@@ -128,6 +128,7 @@ impl RedisBackend {
             .run(batch::Op::Release {
                 at: self.locate(lock_id, true)?,
                 lock_id: lock_id.clone(),
+                wake_here: self.inner.releases.has_waiters(),
             })
             .await?
             .value;

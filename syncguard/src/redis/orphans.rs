@@ -84,7 +84,12 @@ impl Orphan {
         };
         let lock_id = lock_id.clone();
         let release = match holder {
-            None => Op::Release { at, lock_id },
+            // Nobody waits on a lock nobody holds here; the reply's key would go unused.
+            None => Op::Release {
+                at,
+                lock_id,
+                wake_here: false,
+            },
             Some(_) => Op::ReleaseUnclaimed { at, lock_id },
         };
         Some(Self {

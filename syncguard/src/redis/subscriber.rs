@@ -122,6 +122,12 @@ impl ReleaseSubscriber {
         self.notifier.released(key);
     }
 
+    /// Whether anyone in this process waits on some key (a release's key is then worth
+    /// reading back, to wake them without a publish).
+    pub(super) fn has_waiters(&self) -> bool {
+        self.notifier.is_watched()
+    }
+
     /// The notifier, with the subscribing task started on the current runtime unless it runs
     /// already; `None` without a client or outside a tokio runtime (waiters then poll).
     pub(super) fn notifier(&self) -> Option<ReleaseNotifier> {

@@ -141,6 +141,58 @@ async fn a_release_wakes_waiters_long_before_their_poll() {
     }
 }
 
+/// A release nobody was refused during publishes nothing, and wakes the next waiter of this
+/// process itself: two waiters of one backend queue on a held key; the first takes it on the
+/// holder's release (published: the first was refused), the second, queued behind it without
+/// trying, gets it on the first's release long before its poll, with nothing published. With
+/// nobody waiting in the process, the last release still releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unpublished_release_wakes_the_next_waiter_of_its_own_process() {
+    let url = redis_url();
+    let prefix = own_prefix("own-waiters");
+    let backend = backend_with_prefix(&url, &prefix).await;
+    let mut messages = listen(&url, &format!("{prefix}:released")).await;
+    let key = unique("own-waiters");
+    let lease = acquired(&backend, &key, Duration::from_secs(30)).await;
+    let first = spawn_waiter(&backend, &key, waiting_every(SLOW_POLL));
+    sleep(Duration::from_millis(200)).await;
+    let second = spawn_waiter(&backend, &key, waiting_every(SLOW_POLL));
+    sleep(Duration::from_millis(200)).await;
+    assert!(
+        !first.is_finished() && !second.is_finished(),
+        "the key is held"
+    );
+
+    assert!(backend.release(&lease.lock_id).await.unwrap().is_released());
+    assert_eq!(
+        next_message(&mut messages, PROMPT).await.as_deref(),
+        Some(key.as_str()),
+        "the first waiter was refused, so the release publishes"
+    );
+    let first = taken(first, PROMPT).await;
+    sleep(Duration::from_millis(200)).await;
+    assert!(
+        !second.is_finished(),
+        "the second waiter waits for its turn"
+    );
+
+    let (released, first_fence) = (Instant::now(), first.fence());
+    first.release().await.unwrap();
+    let second = taken(second, PROMPT).await;
+    eprintln!(
+        "own waiter woken {:?} after an unpublished release",
+        released.elapsed()
+    );
+    assert!(second.fence() > first_fence);
+    assert_eq!(
+        next_message(&mut messages, Duration::from_millis(500)).await,
+        None,
+        "nobody was refused during the first waiter's hold: nothing is published"
+    );
+    second.release().await.unwrap();
+    assert!(!backend.is_locked(&key).await.unwrap());
+}
+
 /// A backend made with `new` over a connection of yours, given the client to subscribe with,
 /// wakes its waiters on a release as one that connected itself does, for releases from
 /// another backend too.

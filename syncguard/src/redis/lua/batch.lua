@@ -18,6 +18,8 @@
 --   'B' lockId byMs                        KEYS: index key
 --   'T' lockId atMs                        KEYS: index key
 --   'r' lockId                             KEYS: lock key, [index key]
+--   'q' lockId                             KEYS: lock key, [index key]
+--   'Q' lockId                             KEYS: index key
 --   'o' lockId                             KEYS: lock key, [index key]
 --   'e' lockId ttlMs pxMs                  KEYS: lock key, [index key]
 --   'b' lockId byMs                        KEYS: lock key, [index key]
@@ -40,6 +42,8 @@
 -- hash slot (the lock key's tag), so that a Redis Cluster runs it on one node.
 -- 'H' is acquire as a holder (re-entrant by holder), 'B'/'b' extend by an amount (added to the
 -- current expiry instead of to now), 'T'/'t' set the expiry to a fixed time (earlier or later),
+-- 'Q'/'q' release as 'R'/'r' do, for a caller that has nobody waiting: an unpublished release
+-- replies 1 instead of the lock's key, which it then need not read out of the record.
 -- 'O' releases the lock an acquire as a holder took for a caller that never learnt it, only
 -- while it is unclaimed (else it replies 0: a re-entry handed its lock id to a caller, or an
 -- extend used it).
@@ -52,6 +56,7 @@
 --   release 1, 0 (held by another lock id), -1 (not found), -2 (expired); with a release
 --           channel, the lock's key instead of 1 when released without publishing (nobody was
 --           refused during the hold), so that the caller wakes its own waiters of the key
+--           (not for 'Q'/'q')
 --   extend  1 when extended to time + ttl; 0, -1, -2 as release
 --   extend by {1, new expiresAtMs} when extended; 0, -1, -2 as release
 --   expire at {1, atMs} when set (at or below the dead line: the lock is expired, its keys
@@ -352,7 +357,8 @@ local function find(lockKey, indexKey, lockId)
   return lockKey, current, first, after
 end
 
-local function release(knownKey, indexKey, lockId)
+-- quiet: the caller has no waiters to wake, so an unpublished release replies 1 (not the key).
+local function release(knownKey, indexKey, lockId, quiet)
   local lockKey, current = find(knownKey, indexKey, lockId)
   if not lockKey then
     return current -- the reply
@@ -361,11 +367,15 @@ local function release(knownKey, indexKey, lockId)
   if releaseChannel == '' then
     return 1
   end
+  local contended = marked(current)
+  if quiet and not contended then
+    return 1
+  end
   local key = storedKey(current)
   if not key then
     return 1
   end
-  if marked(current) then
+  if contended then
     -- Sharded: the lock's own channel, in its slot; a refused SPUBLISH (an error table:
     -- before Redis 7, or an ACL) falls back to the channel.
     if not sharded or type(redis.pcall('SPUBLISH', lockKey .. ':released', key)) == 'table' then
@@ -497,6 +507,9 @@ local function batch(KEYS, ARGV)
     elseif op == 'r' then
       replies[n] = run(release, keys[k], index, ARGV[a + 1])
       k, a = k + 1 + ik, a + 2
+    elseif op == 'q' then
+      replies[n] = run(release, keys[k], index, ARGV[a + 1], true)
+      k, a = k + 1 + ik, a + 2
     elseif op == 'o' then
       replies[n] = run(releaseOrphan, keys[k], index, ARGV[a + 1])
       k, a = k + 1 + ik, a + 2
@@ -511,6 +524,9 @@ local function batch(KEYS, ARGV)
       k, a = k + 1 + ik, a + 3
     elseif op == 'R' then
       replies[n] = run(release, nil, keys[k], ARGV[a + 1])
+      k, a = k + 1, a + 2
+    elseif op == 'Q' then
+      replies[n] = run(release, nil, keys[k], ARGV[a + 1], true)
       k, a = k + 1, a + 2
     elseif op == 'O' then
       replies[n] = run(releaseOrphan, nil, keys[k], ARGV[a + 1])
