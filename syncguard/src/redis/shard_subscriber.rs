@@ -28,6 +28,7 @@
 use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use ::redis::cluster::ClusterClient;
 use ::redis::cluster_async::ClusterConnection;
@@ -140,6 +141,9 @@ pub(super) async fn keep_subscribed(
         channels.change(key, true);
     }
     let mut pause = FIRST_PAUSE;
+    // The pause between failed rounds of SSUBSCRIBE: kept across new connections, so that a
+    // node out of reach for long is not met with a new connection every other second.
+    let mut round_pause = FIRST_PAUSE;
     let mut failures: u32 = 0;
     loop {
         match open(source, net).await {
@@ -156,7 +160,7 @@ pub(super) async fn keep_subscribed(
                     channels: &mut channels,
                     unsubscribing: JoinSet::new(),
                 };
-                subscriber.run(&mut changes, pushes).await;
+                subscriber.run(&mut changes, pushes, &mut round_pause).await;
                 tracing::debug!(
                     "syncguard: subscribing to lock releases keeps failing on this Redis Cluster connection; opening a new one"
                 );
@@ -293,18 +297,19 @@ struct Subscriber<'a, 'b> {
 impl Subscriber<'_, '_> {
     /// Subscribes and relays until subscribing has failed [`REOPEN_AFTER`] rounds in a row:
     /// a sign that this connection's view of the cluster is stuck (it happens after a node was
-    /// killed and a replica promoted), so the caller opens a new one.
+    /// killed and a replica promoted), so the caller opens a new one. Failed rounds are tried
+    /// again after `pause`, which doubles with each failure and starts over on a success.
     async fn run(
         &mut self,
         changes: &mut UnboundedReceiver<Change>,
         mut pushes: UnboundedReceiver<PushInfo>,
+        pause: &mut Duration,
     ) {
         // Every channel wanted before this connection: subscribed now, and releases meanwhile
         // may have gone unheard.
         self.channels.all_unconfirmed();
         let mut missed = true;
         let mut retry_at = Some(Instant::now());
-        let mut pause = FIRST_PAUSE;
         let mut failed_rounds = 0;
         let mut silent_since = Instant::now();
         loop {
@@ -337,14 +342,13 @@ impl Subscriber<'_, '_> {
                         // the cluster to settle (a failover, a slot moving).
                         let soon = Instant::now() + FIRST_PAUSE;
                         retry_at = Some(retry_at.map_or(soon, |at| at.min(soon)));
-                        pause = FIRST_PAUSE;
                     }
                 }
                 () = retry => {
                     if self.subscribe_unconfirmed(missed).await {
                         missed = false;
                         retry_at = None;
-                        pause = FIRST_PAUSE;
+                        *pause = FIRST_PAUSE;
                         failed_rounds = 0;
                     } else {
                         failed_rounds += 1;
@@ -353,8 +357,8 @@ impl Subscriber<'_, '_> {
                         }
                         // A node out of reach (failing over, say): again after a pause.
                         missed = true;
-                        retry_at = Some(Instant::now() + pause);
-                        pause = pause.saturating_mul(2).min(LONGEST_PAUSE);
+                        retry_at = Some(Instant::now() + *pause);
+                        *pause = pause.saturating_mul(2).min(LONGEST_PAUSE);
                     }
                 }
                 Some(_) = self.unsubscribing.join_next() => {}
