@@ -23,6 +23,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
 pub(crate) use super::batch_call::{Header, NewExpiry, Op, Reply};
+use super::batch_call::{answer, outcomes};
 use super::batch_send::{send, send_within, split_into_calls};
 use super::connection::Conn;
 use super::orphans::{Orphan, Orphans};
@@ -128,32 +129,16 @@ impl Batcher {
             orphan: Orphan::in_doubt(&op, Instant::now()),
             batcher: self,
         };
-        let result = send(&self.conn, &self.header, std::slice::from_ref(&op)).await;
+        let sent = send(&self.conn, &self.header, std::slice::from_ref(&op)).await;
         let orphan = sending.orphan.take();
-        match result {
-            Ok(mut outcomes) => match outcomes
-                .pop()
-                .expect("send checks that there is a reply per operation")
-            {
-                Ok(reply) => Ok(reply),
-                Err(unanswered) => {
-                    if unanswered.may_have_run
-                        && let Some(orphan) = orphan
-                    {
-                        self.let_go(orphan);
-                    }
-                    Err(unanswered.error)
-                }
-            },
-            Err(failure) => {
-                if failure.may_have_been_applied()
-                    && let Some(orphan) = orphan
-                {
-                    self.let_go(orphan);
-                }
-                Err(failure.to_lock_error())
-            }
+        let outcome = outcomes(sent, 1)
+            .pop()
+            .expect("send checks that there is a reply per operation");
+        let (answer, in_doubt) = answer(outcome);
+        if in_doubt && let Some(orphan) = orphan {
+            self.let_go(orphan);
         }
+        answer
     }
 
     /// Releases, in the background, a lock that may be stored with nobody holding it.
@@ -306,40 +291,24 @@ async fn execute(
     let sent = Instant::now();
     let mut found = Vec::new();
     let (ops, callers): (Vec<Op>, Vec<_>) = calls.into_iter().map(|c| (c.op, c.reply)).unzip();
-    match send_within(conn, header, &ops, operation_timeout).await {
-        Ok(outcomes) => {
-            for (i, ((op, caller), outcome)) in
-                ops.into_iter().zip(callers).zip(outcomes).enumerate()
-            {
-                if i > 0 && i % REPLY_GROUP == 0 {
-                    // Let the callers answered so far run: the calls they make next go out as
-                    // a batch while the rest are still being answered.
-                    tokio::task::yield_now().await;
-                }
-                let reply = match outcome {
-                    Ok(reply) => Ok(reply),
-                    Err(unanswered) => {
-                        if unanswered.may_have_run {
-                            found.extend(Orphan::in_doubt(&op, sent));
-                        }
-                        Err(unanswered.error)
-                    }
-                };
-                if let Err(Ok(reply)) = caller.send(reply)
-                    && matches!(reply.value, Value::BulkString(_))
-                {
-                    found.extend(Orphan::taken(&op, sent));
-                }
-            }
+    let outcomes = outcomes(
+        send_within(conn, header, &ops, operation_timeout).await,
+        ops.len(),
+    );
+    for (i, ((op, caller), outcome)) in ops.into_iter().zip(callers).zip(outcomes).enumerate() {
+        if i > 0 && i % REPLY_GROUP == 0 {
+            // Let the callers answered so far run: the calls they make next go out as a batch
+            // while the rest are still being answered.
+            tokio::task::yield_now().await;
         }
-        Err(failure) => {
-            let in_doubt = failure.may_have_been_applied();
-            for (op, caller) in ops.into_iter().zip(callers) {
-                let _ = caller.send(Err(failure.to_lock_error()));
-                if in_doubt {
-                    found.extend(Orphan::in_doubt(&op, sent));
-                }
-            }
+        let (answer, in_doubt) = answer(outcome);
+        if in_doubt {
+            found.extend(Orphan::in_doubt(&op, sent));
+        }
+        if let Err(Ok(reply)) = caller.send(answer)
+            && matches!(reply.value, Value::BulkString(_))
+        {
+            found.extend(Orphan::taken(&op, sent));
         }
     }
     if !found.is_empty() {

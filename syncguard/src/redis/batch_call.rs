@@ -256,6 +256,34 @@ impl From<LockError> for Unanswered {
     }
 }
 
+/// The outcome of each of `count` operations sent in a call that came to `sent`: a call that
+/// failed as a whole leaves every one unanswered, with the call's error, in doubt as it is.
+pub(super) fn outcomes(sent: Result<Vec<Outcome>, Failure>, count: usize) -> Vec<Outcome> {
+    match sent {
+        Ok(outcomes) => outcomes,
+        Err(failure) => {
+            let may_have_run = failure.may_have_been_applied();
+            (0..count)
+                .map(|_| {
+                    Err(Unanswered {
+                        error: failure.to_lock_error(),
+                        may_have_run,
+                    })
+                })
+                .collect()
+        }
+    }
+}
+
+/// What the caller of an operation is told of its outcome, and whether the operation may have
+/// run all the same (an acquire's lock is then let go of in the background).
+pub(super) fn answer(outcome: Outcome) -> (Result<Reply, LockError>, bool) {
+    match outcome {
+        Ok(reply) => (Ok(reply), false),
+        Err(unanswered) => (Err(unanswered.error), unanswered.may_have_run),
+    }
+}
+
 /// The reply of an operation that a cluster node did not serve (`lua/batch.lua`): it ran
 /// nothing.
 pub(super) const NOT_SERVED_HERE: i64 = -101;
