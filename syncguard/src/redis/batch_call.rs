@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use ::redis::{Cmd, Value};
 
+use super::WaitForReplicas;
 use super::batch_function::BatchFunction;
 use super::connection::{Conn, ConnError};
 use super::error::{error_from_reply, unexpected_reply};
@@ -225,6 +226,8 @@ pub(crate) struct Header {
     pub(crate) release_channel: Box<str>,
     /// Whether the batch is called as a function on this backend's server, or as a script.
     pub(crate) function: BatchFunction,
+    /// The replicas a call that acquires or extends waits for (`WAIT` after it), if any.
+    pub(crate) wait_for_replicas: Option<WaitForReplicas>,
 }
 
 /// What an operation got back: its slot of the batch reply, and the server time of the batch
@@ -331,15 +334,15 @@ pub(super) async fn call(
     ops: &[Op],
     keys_in: KeysIn,
 ) -> Result<Vec<Result<Reply, LockError>>, Failure> {
-    let keys = ops.iter().map(Op::keys).sum::<usize>();
-    let op_args = ops.iter().map(Op::args).sum::<usize>();
-    let bytes = ops.iter().map(Op::bytes).sum::<usize>()
-        + header.index_prefix.len()
-        + header.release_channel.len();
     #[cfg(feature = "redis-cluster")]
     if keys_in == KeysIn::Args
         && let Some(first) = ops.first().and_then(Op::lock_key)
     {
+        let keys = ops.iter().map(Op::keys).sum::<usize>();
+        let op_args = ops.iter().map(Op::args).sum::<usize>();
+        let bytes = ops.iter().map(Op::bytes).sum::<usize>()
+            + header.index_prefix.len()
+            + header.release_channel.len();
         // No key declared: the keys come after their count, ahead of the operations.
         let mut cmd = header.function.command(0, 4 + keys + op_args, bytes);
         cmd.arg(TIME_TOLERANCE_MS)
@@ -361,6 +364,20 @@ pub(super) async fn call(
     }
     #[cfg(not(feature = "redis-cluster"))]
     let KeysIn::Keys = keys_in;
+    let reply = conn
+        .batch(&header.function, &keyed_command(header, ops))
+        .await
+        .map_err(Failure::Conn)?;
+    replies(reply, ops.len())
+}
+
+/// The call of `ops` with their keys declared (`KEYS`): on a cluster, all in one slot.
+pub(super) fn keyed_command(header: &Header, ops: &[Op]) -> Cmd {
+    let keys = ops.iter().map(Op::keys).sum::<usize>();
+    let op_args = ops.iter().map(Op::args).sum::<usize>();
+    let bytes = ops.iter().map(Op::bytes).sum::<usize>()
+        + header.index_prefix.len()
+        + header.release_channel.len();
     let mut cmd = header.function.command(keys, 3 + op_args, bytes);
     for op in ops {
         op.push_keys(&mut cmd);
@@ -371,15 +388,11 @@ pub(super) async fn call(
     for op in ops {
         op.push_args(&mut cmd);
     }
-    let reply = conn
-        .batch(&header.function, &cmd)
-        .await
-        .map_err(Failure::Conn)?;
-    replies(reply, ops.len())
+    cmd
 }
 
 /// The replies of a call's `ops` operations, from its reply: the server time, then one each.
-fn replies(reply: Value, ops: usize) -> Result<Vec<Result<Reply, LockError>>, Failure> {
+pub(super) fn replies(reply: Value, ops: usize) -> Result<Vec<Result<Reply, LockError>>, Failure> {
     let Value::Array(mut replies) = reply else {
         return Err(Failure::Reply(reply));
     };

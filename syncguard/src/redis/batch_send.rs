@@ -63,6 +63,9 @@ pub(super) async fn send(
     if let Some(nodes) = &header.nodes {
         return super::node_call::send(conn, header, nodes, ops).await;
     }
+    if let Some(wait) = super::replica_wait::waits(header, ops) {
+        return super::replica_wait::send(conn, header, ops, wait).await;
+    }
     let replies = call(conn, header, ops, KeysIn::Keys).await?;
     Ok(replies.into_iter().map(outcome).collect())
 }

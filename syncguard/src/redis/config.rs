@@ -59,6 +59,7 @@ pub const MAX_PREFIX_BYTES: usize = 128;
 /// | [`connection_mode`](Self::with_connection_mode) | [`ConnectionMode::Multiplexed`] (only for `connect_with`) |
 /// | [`reconnect_retries`](Self::with_reconnect_retries) | 2 (only for `connect_with`) |
 /// | [`layout`](Self::with_layout) | [`RedisLayout::Reference`] on one server, [`RedisLayout::Cluster`] on a cluster |
+/// | [`wait_for_replicas`](Self::with_wait_for_replicas) | none: an acquire or extend returns once the primary applied it |
 /// | `tls_root_certs` (feature `redis-tls`) | none: the Mozilla root certificates (only for `connect_with`) |
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisConfig {
@@ -72,8 +73,38 @@ pub struct RedisConfig {
     reconnect_retries: Option<usize>,
     // `None` unless set: the connection decides (the cluster layout on a cluster).
     layout: Option<RedisLayout>,
+    wait_for_replicas: Option<WaitForReplicas>,
     #[cfg(feature = "redis-tls")]
     tls_root_certs: Option<TlsRoots>,
+}
+
+/// How many replicas must have an acquire or extend before it counts, and how long to wait for
+/// them: [`RedisConfig::with_wait_for_replicas`].
+///
+/// ```
+/// use std::time::Duration;
+/// use syncguard::redis::RedisConfig;
+///
+/// let config = RedisConfig::new().with_wait_for_replicas(1, Duration::from_millis(200));
+/// let wait = config.wait_for_replicas().unwrap();
+/// assert_eq!((wait.replicas(), wait.timeout()), (1, Duration::from_millis(200)));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitForReplicas {
+    replicas: u32,
+    timeout: Duration,
+}
+
+impl WaitForReplicas {
+    /// How many replicas must acknowledge the write.
+    pub const fn replicas(&self) -> u32 {
+        self.replicas
+    }
+
+    /// How long the primary waits for them (`WAIT`'s timeout) before the write is given up.
+    pub const fn timeout(&self) -> Duration {
+        self.timeout
+    }
 }
 
 /// PEM certificates, shown by size only in `Debug`.
@@ -114,6 +145,7 @@ impl RedisConfig {
             connection_mode: None,
             reconnect_retries: None,
             layout: None,
+            wait_for_replicas: None,
             #[cfg(feature = "redis-tls")]
             tls_root_certs: None,
         }
@@ -255,6 +287,35 @@ impl RedisConfig {
         self
     }
 
+    /// Makes an acquire or extend count only once `replicas` replicas have it (Redis `WAIT`,
+    /// sent right after the call on the same connection, waiting at most `timeout`), so that a
+    /// failover to one of them keeps the lock, its lease and its fence counter. An acquire the
+    /// replicas did not acknowledge in time fails (retryable,
+    /// [`ErrorCode::ServiceUnavailable`](crate::ErrorCode::ServiceUnavailable)) and its lock is
+    /// released; such an extend fails the same way (the guard's heartbeat tries again within
+    /// the lease). Releases send no `WAIT`: one lost in a failover leaves the lock to its ttl.
+    ///
+    /// Off by default. Turn it on where the primary fails over to a replica (Sentinel, a
+    /// managed service's automatic failover) and two holders after a failover would cost more
+    /// than one replica round trip per acquire: Redis replicates asynchronously, so without it
+    /// a grant the primary had not yet sent on is lost with it, and a second caller gets the
+    /// same lock. `replicas` at most the replicas the primary has (more never succeed); a
+    /// primary that lost a replica refuses every acquire until it is back or the setting
+    /// lowered. `timeout` from 1 ms, below the [operation
+    /// timeout](Self::with_operation_timeout). Not on a Redis Cluster (refused there).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config = syncguard::redis::RedisConfig::new()
+    ///     .with_wait_for_replicas(1, Duration::from_millis(250));
+    /// assert_eq!(config.wait_for_replicas().unwrap().replicas(), 1);
+    /// ```
+    #[must_use]
+    pub const fn with_wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.wait_for_replicas = Some(WaitForReplicas { replicas, timeout });
+        self
+    }
+
     /// Trusts only the CA certificates in `pem` (one or more, PEM-encoded) for a `rediss://`
     /// (or `rediss-cluster://`) URL, instead of the Mozilla root certificates: for a server
     /// whose certificate comes from a private CA. The host name is still verified. Feature
@@ -280,6 +341,12 @@ impl RedisConfig {
     /// The key prefix.
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// The replicas an acquire or extend waits for, if it waits
+    /// ([`with_wait_for_replicas`](Self::with_wait_for_replicas)).
+    pub const fn wait_for_replicas(&self) -> Option<WaitForReplicas> {
+        self.wait_for_replicas
     }
 
     /// Whether `is_locked` cleans up long-expired locks.
@@ -357,6 +424,21 @@ impl RedisConfig {
                 ("with_operation_timeout", self.operation_timeout),
             ],
         )?;
+        if let Some(wait) = self.wait_for_replicas {
+            if wait.replicas == 0 {
+                return Err(LockError::invalid_argument(
+                    "RedisConfig::with_wait_for_replicas: replicas must be at least 1 (leave \
+                     the setting out not to wait for replicas)",
+                ));
+            }
+            if wait.timeout < Duration::from_millis(1) || wait.timeout >= self.operation_timeout {
+                return Err(LockError::invalid_argument(format!(
+                    "RedisConfig::with_wait_for_replicas: the timeout must be from 1 ms and \
+                     below the operation timeout ({:?}), got {:?}",
+                    self.operation_timeout, wait.timeout
+                )));
+            }
+        }
         if self.connection_mode == Some(ConnectionMode::Pool { max_size: 0 }) {
             return Err(LockError::invalid_argument(
                 "RedisConfig::with_connection_mode: the pool size (max_size) must be at least 1",

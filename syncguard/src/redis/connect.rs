@@ -180,11 +180,14 @@ async fn connect_cluster(url: &str, config: RedisConfig) -> Result<RedisBackend,
     use super::cluster_url::parse_cluster_url;
     use super::keys::Layout;
     use super::shard_subscriber::{ClusterSource, MakeClient};
-    use super::{RedisLayout, reference_layout_on_a_cluster};
+    use super::{RedisLayout, reference_layout_on_a_cluster, wait_for_replicas_on_a_cluster};
 
     let parsed = parse_cluster_url(url)?;
     if config.layout() == Some(RedisLayout::Reference) {
         return Err(reference_layout_on_a_cluster());
+    }
+    if config.wait_for_replicas().is_some() {
+        return Err(wait_for_replicas_on_a_cluster());
     }
     if config.has_reconnect_retries() {
         return Err(LockError::invalid_argument(

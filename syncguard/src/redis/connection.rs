@@ -3,7 +3,7 @@
 //! EVALSHA, with the EVAL fallback after a NOSCRIPT, and the batch by `batch_function`.
 
 use ::redis::aio::{ConnectionLike, ConnectionManager};
-use ::redis::{Cmd, Value};
+use ::redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value};
 
 use super::batch_function::BatchFunction;
 use super::error::{self, map_pool_error, map_redis_error};
@@ -171,6 +171,40 @@ impl Conn {
         self.run(Runs::Batch(function), cmd).await
     }
 
+    /// Runs one batch call, made by [`BatchFunction::command`], with `then` right behind it on
+    /// the same connection (one pipeline, see `replica_wait`); the call's reply and `then`'s.
+    /// One server only: a cluster's calls go to several nodes.
+    pub(super) async fn batch_then(
+        &self,
+        function: &BatchFunction,
+        cmd: &Cmd,
+        then: &Cmd,
+    ) -> Result<(Value, Value), ConnError> {
+        async fn on<C: ConnectionLike + Send>(
+            conn: C,
+            function: &BatchFunction,
+            cmd: &Cmd,
+            then: &Cmd,
+        ) -> Result<(Value, Value), ::redis::RedisError> {
+            let mut followed = Followed::new(conn, then);
+            let reply = function.run(&mut followed, cmd).await?;
+            Ok((reply, followed.last_then()?))
+        }
+        match self {
+            Conn::Manager(manager) => on(manager.clone(), function, cmd, then).await,
+            Conn::Pool(pool) => {
+                let pooled = pool.get().await.map_err(ConnError::Pool)?;
+                on(pooled, function, cmd, then).await
+            }
+            #[cfg(feature = "redis-cluster")]
+            Conn::Cluster(_) => Err(::redis::RedisError::from((
+                ::redis::ErrorKind::Client,
+                "a command followed by another on one connection is for one server only",
+            ))),
+        }
+        .map_err(ConnError::Redis)
+    }
+
     /// Runs one batch call that declares no key (a node call) on the primary that serves
     /// `slot`, as the cluster connection knows it: redirected by nothing (there is no key to
     /// redirect), it runs there, and the node refuses in the call the keys it does not serve.
@@ -305,4 +339,64 @@ async fn load_on<C: ConnectionLike>(
 pub(super) fn install_crypto_provider() {
     // An error only says that a default (the application's, or ours) is already in place.
     let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// A connection that sends every command with `then` right behind it, in one pipeline, and
+/// keeps `then`'s latest reply: the batch call's function and script fallbacks (a library
+/// loaded again, an EVAL after NOSCRIPT) run through it unchanged, and the reply kept is that
+/// of the last command sent, the call itself.
+struct Followed<'a, C> {
+    inner: C,
+    then: &'a Cmd,
+    last: Option<Value>,
+}
+
+impl<'a, C: ConnectionLike> Followed<'a, C> {
+    fn new(inner: C, then: &'a Cmd) -> Self {
+        Self {
+            inner,
+            then,
+            last: None,
+        }
+    }
+
+    /// The reply of `then` after the last command.
+    fn last_then(self) -> Result<Value, RedisError> {
+        self.last
+            .ok_or_else(|| RedisError::from((ErrorKind::Client, "no command was sent")))
+            .and_then(Value::extract_error)
+    }
+}
+
+impl<C: ConnectionLike + Send> ConnectionLike for Followed<'_, C> {
+    fn req_packed_command<'b>(&'b mut self, cmd: &'b Cmd) -> RedisFuture<'b, Value> {
+        Box::pin(async move {
+            let mut pipeline = Pipeline::with_capacity(2);
+            pipeline
+                .add_command(cmd.clone())
+                .add_command(self.then.clone());
+            let mut replies = self.inner.req_packed_commands(&pipeline, 0, 2).await?;
+            let (Some(then), Some(reply)) = (replies.pop(), replies.pop()) else {
+                return Err(RedisError::from((
+                    ErrorKind::Client,
+                    "a pipeline of two commands came back with fewer replies",
+                )));
+            };
+            self.last = Some(then);
+            reply.extract_error()
+        })
+    }
+
+    fn req_packed_commands<'b>(
+        &'b mut self,
+        pipeline: &'b Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'b, Vec<Value>> {
+        self.inner.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.get_db()
+    }
 }

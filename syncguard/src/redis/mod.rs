@@ -170,8 +170,9 @@
 //!   client may take it while the first still believes it holds it (until its next extend,
 //!   which then reports the loss), and the fence counter may hand out the lost grant's fence
 //!   a second time. A grant that reached the replica survives with its fence, and fences go on
-//!   increasing from it. Waiting for replicas before answering (`WAIT`) closes that window;
-//!   until then, run a cluster where losing a just-granted lock on failover is acceptable.
+//!   increasing from it. Waiting for replicas before answering (`WAIT`, see [replicas and
+//!   failover](#replicas-and-failover)) is not available on a cluster yet; until then, run a
+//!   cluster where losing a just-granted lock on failover is acceptable.
 //! - **Waiting.** By sharded Pub/Sub (Redis 7 and later): a release is published with
 //!   `SPUBLISH` on the lock's own shard channel, `<lock key>:released` (e.g.
 //!   `syncguard:{q3Tz0v_J9aA}:released`, in the lock's slot), which only the nodes of that
@@ -187,6 +188,36 @@
 //! `appendfsync everysec` loses at most about a second of writes on a crash, `always` none) or
 //! at least RDB snapshots, and never restore an older snapshot over a newer one. Without
 //! persistence a restart resets every counter to zero and fences repeat.
+//!
+//! ## Replicas and failover
+//!
+//! Redis replicates asynchronously. A primary that fails over to its replica (Sentinel, a
+//! managed service's automatic failover) loses the writes it had not yet sent on: a lock it
+//! had just granted is gone on the new primary, where another caller can take it while the
+//! first still believes it holds it (until its next extend, which reports the loss), and the
+//! fence counter can hand out the lost grant's fence a second time.
+//!
+//! [`RedisConfig::with_wait_for_replicas`] closes that window: a call that acquires or extends
+//! goes with `WAIT <replicas> <timeout>` behind it, on the same connection and in the same
+//! round trip (one pipeline: sent apart, a reconnection between them would put `WAIT` on a
+//! connection with no writes, which every replica has acknowledged). Only once that many
+//! replicas acknowledged the call (the lock's record and its fence counter with it) is an
+//! acquire answered "acquired" or an extend "extended". Short of them within the timeout, an
+//! acquire fails with a retryable [`ErrorCode::ServiceUnavailable`](crate::ErrorCode::ServiceUnavailable)
+//! saying so, and its lock is released in the background as an [acquire in
+//! doubt](#timeouts-and-acquires-in-doubt) is; an extend fails the same way and counts as not
+//! made (the guard's heartbeat tries again within the lease). Releases send no `WAIT` (a
+//! release lost in a failover leaves its lock to its ttl, which takes nothing from anyone),
+//! though on the multiplexed connection every command queues behind a `WAIT` under way: with
+//! a replica slow to answer, [`ConnectionMode::Pool`] keeps other callers' operations apart
+//! from it. The cost is
+//! a replica round trip per acquire or extend (batched calls share one), and a primary that
+//! lost its replicas refuses every acquire until they are back: ask for at most the replicas
+//! the primary keeps (`min-replicas-to-write` is the server's side of the same trade).
+//!
+//! `WAIT` counts replicas that received the write, not replicas that wrote it to disk;
+//! a replica that restarts from an older file may still lose it. Not available on a Redis
+//! Cluster yet (refused there).
 //!
 //! ## Timeouts and acquires in doubt
 //!
@@ -371,6 +402,7 @@ mod node_call;
 mod node_map;
 mod operations;
 mod orphans;
+mod replica_wait;
 mod scripts;
 #[cfg(feature = "redis-cluster")]
 mod shard_subscriber;
@@ -386,7 +418,8 @@ use crate::error::LockError;
 use crate::lock_id::LockId;
 
 pub use config::{
-    ConnectionMode, DEFAULT_PREFIX, MAX_PREFIX_BYTES, RedisConfig, RedisLayout, validate_prefix,
+    ConnectionMode, DEFAULT_PREFIX, MAX_PREFIX_BYTES, RedisConfig, RedisLayout, WaitForReplicas,
+    validate_prefix,
 };
 use connection::Conn;
 pub use connection::RedisConnection;
@@ -506,6 +539,9 @@ impl RedisBackend {
             (None, true) => RedisLayout::Cluster,
             (None, false) => RedisLayout::Reference,
         };
+        if conn.is_cluster() && config.wait_for_replicas().is_some() {
+            return Err(wait_for_replicas_on_a_cluster());
+        }
         let layout = Layout::new(config.prefix(), kind);
         let header = batch::Header {
             #[cfg(feature = "redis-cluster")]
@@ -520,6 +556,7 @@ impl RedisBackend {
                 (true, true) => format!("{{}}{}", layout.release_channel()).into(),
             },
             function: batch_function::BatchFunction::default(),
+            wait_for_replicas: config.wait_for_replicas(),
         };
         // Off, nothing subscribes.
         let client = client.filter(|_| config.release_notifications());
@@ -725,6 +762,15 @@ impl RedisBackend {
     ) -> Result<T, LockError> {
         within(self.inner.operation_timeout, what, operation).await
     }
+}
+
+/// The refusal of [`RedisConfig::with_wait_for_replicas`] on a cluster connection.
+fn wait_for_replicas_on_a_cluster() -> LockError {
+    LockError::invalid_argument(
+        "RedisConfig::with_wait_for_replicas: not available on a Redis Cluster yet (WAIT \
+         covers one node's connection, and a batch goes to several); leave it out for a \
+         redis-cluster:// URL",
+    )
 }
 
 /// The refusal of [`RedisLayout::Reference`] on a cluster connection.

@@ -5,7 +5,7 @@
 //! script calls ([`batching`]), the batch as a Redis function ([`functions`]), acquires whose caller gave up ([`orphans`]), connection
 //! failures and recovery in both modes ([`connection`]), prefixes, reserved keys and bad
 //! stored data ([`input`]), and waiters woken by published releases, with their fallbacks
-//! ([`waiting`]).
+//! ([`waiting`]), and acquires that wait for a replica ([`replicas`]).
 //!
 //! Needs `SYNCGUARD_TEST_REDIS_URL` (a server these tests may write to) and
 //! `SYNCGUARD_REDIS_SERVER_BIN` (to start private servers); `bash scripts/test-all.sh` or
@@ -31,6 +31,7 @@ mod holders;
 mod input;
 mod layout;
 mod orphans;
+mod replicas;
 mod waiting;
 
 use std::time::Duration;

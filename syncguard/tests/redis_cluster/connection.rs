@@ -33,6 +33,11 @@ async fn bad_cluster_urls_and_settings_are_refused_before_any_io() {
             RedisConfig::new().with_reconnect_retries(5),
             "with_reconnect_retries",
         ),
+        (
+            NOWHERE,
+            RedisConfig::new().with_wait_for_replicas(1, Duration::from_millis(100)),
+            "with_wait_for_replicas",
+        ),
         ("redis-cluster://", RedisConfig::new(), "redis-cluster://"),
         (
             "redis-cluster://127.0.0.1:1,,127.0.0.1:2",

@@ -23,15 +23,48 @@ pub struct RedisServer {
     dir: PathBuf,
     port: u16,
     appendfsync: &'static str,
+    /// `--replicaof` this port, for a replica.
+    primary: Option<u16>,
 }
 
 impl RedisServer {
     pub async fn start(appendfsync: &'static str) -> Self {
+        Self::start_as(appendfsync, None).await
+    }
+
+    /// A replica of `primary`, once its link to it is up.
+    pub async fn start_replica_of(primary: &RedisServer) -> Self {
+        let replica = Self::start_as("everysec", Some(primary.port)).await;
+        let mut conn = redis::Client::open(replica.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to the replica");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut conn)
+                .await
+                .expect("INFO replication of the replica");
+            if info.contains("master_link_status:up") {
+                return replica;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the replica's link did not come up: {info}"
+            );
+            sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn start_as(appendfsync: &'static str, primary: Option<u16>) -> Self {
         let mut server = Self {
             child: None,
             dir: scratch_dir("redis"),
             port: free_port(),
             appendfsync,
+            primary,
         };
         server.launch().await;
         server
@@ -53,6 +86,17 @@ impl RedisServer {
             .arg(&self.dir)
             .args(["--appendonly", "yes", "--appendfsync", self.appendfsync])
             .args(["--save", "", "--daemonize", "no", "--logfile", "redis.log"])
+            .args(
+                self.primary
+                    .map(|port| {
+                        vec![
+                            "--replicaof".to_owned(),
+                            "127.0.0.1".to_owned(),
+                            port.to_string(),
+                        ]
+                    })
+                    .unwrap_or_default(),
+            )
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
