@@ -9,6 +9,10 @@
 #                                 a Redis Cluster (7+) of 3 primaries, each with 1 replica; the
 #                                 URL lists the primaries as seeds. Tests must not stop its nodes.
 #   SYNCGUARD_TEST_REDIS_CLUSTER_NODES  127.0.0.1:<port>,... all six nodes, primaries and replicas
+#   SYNCGUARD_TEST_REDIS_SENTINEL_URL   redis+sentinel://127.0.0.1:<port>,...,.../syncguard
+#                                 3 Sentinels watching a primary (name `syncguard`) with 1
+#                                 replica. Tests must not fail it over (tests/support/sentinels.rs
+#                                 starts groups of their own for that).
 #   SYNCGUARD_POSTGRES_BIN        PostgreSQL's bin directory (for tests that run their own)
 #   FIRESTORE_EMULATOR_HOST       127.0.0.1:<port> of the Cloud Firestore emulator
 #   SYNCGUARD_TEST_FIRESTORE_PROJECT  base project id; Firestore tests derive one per test
@@ -314,9 +318,65 @@ start_firestore() {
   log "Firestore emulator on 127.0.0.1:$port (up in $(python3 -c "import time; print(f'{time.time() - $started:.1f}')")s)"
 }
 
+# Whether the replica on port $1 has its link to the primary up.
+redis_replica_linked() {
+  redis-cli -p "$1" info replication | tr -d '\r' | grep -x master_link_status:up >/dev/null
+}
+
+# Whether the Sentinel on port $1 names the primary on port $2 and sees its replica.
+redis_sentinel_ready() {
+  redis-cli -p "$1" sentinel get-master-addr-by-name syncguard | grep -x "$2" >/dev/null &&
+    [ "$(redis-cli -p "$1" sentinel replicas syncguard | grep -c '^name$')" -ge 1 ]
+}
+
+# Redis behind Sentinel: a primary, its replica and 3 Sentinels, on loopback (see the header).
+start_redis_sentinel() {
+  local dir="$RUN_DIR/redis-sentinel" primary replica sentinels=() port started
+  started=$(date +%s.%N)
+  primary=$(free_port)
+  replica=$(free_port)
+  for port in "$primary" "$replica"; do
+    mkdir -p "$dir/$port"
+    redis-server --port "$port" --bind 127.0.0.1 --dir "$dir/$port" --save "" --appendonly no \
+      --daemonize yes --pidfile "$dir/$port/redis.pid" --logfile "$dir/$port/redis.log" \
+      $([ "$port" = "$replica" ] && echo "--replicaof 127.0.0.1 $primary")
+    CLEANUPS+=("redis-cli -p $port shutdown nosave")
+  done
+  wait_for "the Sentinel group's replica (log: $dir/$replica/redis.log)" 30 \
+    redis_replica_linked "$replica" || return 1
+  for _ in 1 2 3; do
+    port=$(free_port)
+    sentinels+=("$port")
+    mkdir -p "$dir/s$port"
+    # Sentinel rewrites its configuration file: one of its own, in its own directory.
+    cat >"$dir/s$port/sentinel.conf" <<CONF
+port $port
+bind 127.0.0.1
+dir $dir/s$port
+pidfile $dir/s$port/sentinel.pid
+logfile $dir/s$port/sentinel.log
+daemonize yes
+sentinel monitor syncguard 127.0.0.1 $primary 2
+sentinel down-after-milliseconds syncguard 2000
+sentinel failover-timeout syncguard 10000
+CONF
+    redis-server "$dir/s$port/sentinel.conf" --sentinel
+    CLEANUPS+=("kill \$(cat $dir/s$port/sentinel.pid)")
+  done
+  for port in "${sentinels[@]}"; do
+    wait_for "Sentinel 127.0.0.1:$port naming the primary and its replica (log: $dir/s$port/sentinel.log)" 30 \
+      redis_sentinel_ready "$port" "$primary" || return 1
+  done
+  local addrs
+  addrs=$(printf '127.0.0.1:%s,' "${sentinels[@]}")
+  export SYNCGUARD_TEST_REDIS_SENTINEL_URL="redis+sentinel://${addrs%,}/syncguard"
+  log "Redis Sentinel: primary 127.0.0.1:$primary, replica 127.0.0.1:$replica, Sentinels ${addrs%,} (up in $(python3 -c "import time; print(f'{time.time() - $started:.1f}')")s)"
+}
+
 start_services() {
   start_postgres
   start_redis
   start_redis_cluster
+  start_redis_sentinel
   start_firestore
 }

@@ -28,7 +28,7 @@ if [ "${1:-}" != "--tests" ]; then
   RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features --workspace
   log "each feature of syncguard on its own"
   cargo check -p syncguard --no-default-features
-  for feature in memory macros postgres postgres-tls redis redis-tls redis-cluster firestore opentelemetry serde conformance; do
+  for feature in memory macros postgres postgres-tls redis redis-tls redis-cluster redis-sentinel firestore opentelemetry serde conformance; do
     cargo check -p syncguard --no-default-features --features "$feature"
   done
   # The tower crate as users pick it besides its default (axum): a plain tower/hyper stack, and

@@ -31,6 +31,12 @@ impl UrlBackend {
                 "rediss-cluster",
                 "valkey-cluster",
                 "valkeys-cluster",
+                // Sentinels and the primary they name (syncguard's own forms; the
+                // redis-sentinel feature).
+                "redis+sentinel",
+                "rediss+sentinel",
+                "valkey+sentinel",
+                "valkeys+sentinel",
             ],
         }
     }

@@ -464,8 +464,8 @@ impl RedisConfig {
     }
 
     /// Whether [`with_reconnect_retries`](Self::with_reconnect_retries) was called (a
-    /// cluster connection has no such setting).
-    #[cfg(feature = "redis-cluster")]
+    /// cluster connection and a Sentinel-followed one have no such setting).
+    #[cfg(any(feature = "redis-cluster", feature = "redis-sentinel"))]
     pub(super) const fn has_reconnect_retries(&self) -> bool {
         self.reconnect_retries.is_some()
     }

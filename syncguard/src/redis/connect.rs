@@ -8,6 +8,7 @@ use super::connection::Conn;
 #[cfg(feature = "redis-tls")]
 use super::connection::install_crypto_provider;
 use super::error::{driver_error, map_redis_error, naming_database};
+use super::sentinel_url::is_sentinel_url;
 use super::subscriber::Source;
 use super::{ConnectionMode, RedisBackend, RedisConfig};
 use crate::error::LockError;
@@ -127,6 +128,9 @@ impl RedisBackend {
     /// ```
     pub async fn connect_with(url: &str, config: RedisConfig) -> Result<Self, LockError> {
         config.validate()?;
+        if is_sentinel_url(url) {
+            return Box::pin(connect_sentinel(url, config)).await;
+        }
         if is_cluster_url(url) {
             // Boxed: redis-rs's cluster connect future is deep enough that callers' futures
             // holding it inline overflow the compiler's query depth limit.
@@ -324,5 +328,108 @@ fn cluster_builder(
 async fn connect_cluster(_url: &str, _config: RedisConfig) -> Result<RedisBackend, LockError> {
     Err(LockError::invalid_argument(
         "redis-cluster:// URLs need syncguard's redis-cluster feature",
+    ))
+}
+
+/// `connect_with` for a `redis+sentinel://` URL.
+#[cfg(feature = "redis-sentinel")]
+async fn connect_sentinel(url: &str, config: RedisConfig) -> Result<RedisBackend, LockError> {
+    use std::sync::Arc;
+
+    use ::redis::IntoConnectionInfo as _;
+    use ::redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
+
+    use super::sentinel_conn::{PrimaryFinder, SentinelConn};
+    use super::sentinel_switches;
+    use super::sentinel_url::parse_sentinel_url;
+
+    let parsed = parse_sentinel_url(url)?;
+    if matches!(config.connection_mode(), ConnectionMode::Pool { .. }) {
+        return Err(LockError::invalid_argument(
+            "RedisConfig::with_connection_mode: through Sentinel the backend holds one \
+             multiplexed connection to the primary, replaced after a failover; leave the \
+             connection mode out for a redis+sentinel:// URL",
+        ));
+    }
+    if config.has_reconnect_retries() {
+        return Err(LockError::invalid_argument(
+            "RedisConfig::with_reconnect_retries: through Sentinel a broken connection is \
+             replaced by one to the primary the Sentinels name, never reconnected to the same \
+             address; leave the reconnect retries out for a redis+sentinel:// URL",
+        ));
+    }
+    #[cfg(feature = "redis-tls")]
+    if config.tls_root_certs().is_some() {
+        return Err(LockError::invalid_argument(
+            "RedisConfig::with_tls_root_certs is not available with a rediss+sentinel:// URL \
+             yet: the servers' certificates must chain to the Mozilla root certificates",
+        ));
+    }
+    #[cfg(not(feature = "redis-tls"))]
+    if parsed.tls {
+        return Err(LockError::invalid_argument(
+            "a rediss+sentinel:// URL needs syncguard's redis-tls feature",
+        ));
+    }
+    let invalid = |error| {
+        LockError::invalid_argument(
+            "invalid Redis Sentinel URL; expected redis+sentinel://[user:password@]host:port\
+             [,host:port...]/<master name>[/db]",
+        )
+        .with_source(driver_error(error))
+    };
+    let login = parsed
+        .node_template
+        .as_str()
+        .into_connection_info()
+        .map_err(invalid)?;
+    let mut node = SentinelNodeConnectionInfo::default()
+        .set_redis_connection_info(login.redis_settings().clone());
+    if parsed.tls {
+        node = node.set_tls_mode(::redis::TlsMode::Secure);
+    }
+    let listeners = parsed
+        .sentinels
+        .iter()
+        .map(|sentinel| ::redis::Client::open(sentinel.as_str()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(invalid)?;
+    let master_name = parsed.master_name.clone();
+    let sentinels = Sentinel::build(parsed.sentinels).map_err(invalid)?;
+    #[cfg(feature = "redis-tls")]
+    install_crypto_provider();
+    let finder = Arc::new(PrimaryFinder::new(
+        sentinels,
+        parsed.master_name,
+        node,
+        config.connect_timeout() + config.operation_timeout(),
+    ));
+    let settings = ::redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(config.connect_timeout()))
+        .set_response_timeout(Some(config.operation_timeout()));
+    let opened = async {
+        // Half the operation timeout: a call that waited that long and was given up says the
+        // primary stopped answering.
+        let stall = config.operation_timeout() / 2;
+        let conn = SentinelConn::connect(Arc::clone(&finder), settings, stall).await?;
+        sentinel_switches::follow(
+            &Arc::downgrade(&conn),
+            listeners,
+            &master_name,
+            config.connect_timeout(),
+        );
+        let source = Some(Source::Sentinel(finder));
+        let backend = RedisBackend::with_conn(Conn::Sentinel(conn), &config, source)?;
+        backend.load_scripts().await?;
+        Ok(backend)
+    };
+    within_connect_bound(&config, opened).await
+}
+
+/// Without the `redis-sentinel` feature, a Sentinel URL says which feature it needs.
+#[cfg(not(feature = "redis-sentinel"))]
+async fn connect_sentinel(_url: &str, _config: RedisConfig) -> Result<RedisBackend, LockError> {
+    Err(LockError::invalid_argument(
+        "redis+sentinel:// URLs need syncguard's redis-sentinel feature",
     ))
 }

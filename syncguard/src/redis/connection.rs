@@ -1,5 +1,6 @@
 //! The connection a backend runs its scripts on: one multiplexed `ConnectionManager`, a
-//! deadpool-redis pool, or a cluster connection (feature `redis-cluster`); script calls by
+//! deadpool-redis pool, a cluster connection (feature `redis-cluster`), or the primary the
+//! Sentinels name (feature `redis-sentinel`, see `sentinel_conn`); script calls by
 //! EVALSHA, with the EVAL fallback after a NOSCRIPT, and the batch by `batch_function`.
 
 use ::redis::aio::{ConnectionLike, ConnectionManager};
@@ -18,6 +19,9 @@ pub(super) enum Conn {
     /// Routes each call by its first key, and follows `MOVED` and `ASK` itself.
     #[cfg(feature = "redis-cluster")]
     Cluster(::redis::cluster_async::ClusterConnection),
+    /// Follows the Sentinels' primary; only from a `redis+sentinel://` URL.
+    #[cfg(feature = "redis-sentinel")]
+    Sentinel(std::sync::Arc<super::sentinel_conn::SentinelConn>),
 }
 
 impl Conn {
@@ -117,6 +121,8 @@ impl std::fmt::Debug for RedisConnection {
             Conn::Pool(_) => "deadpool_redis::Pool",
             #[cfg(feature = "redis-cluster")]
             Conn::Cluster(_) => "ClusterConnection",
+            #[cfg(feature = "redis-sentinel")]
+            Conn::Sentinel(_) => "Sentinel",
         };
         f.debug_struct("RedisConnection")
             .field("conn", &kind)
@@ -201,6 +207,8 @@ impl Conn {
                 ::redis::ErrorKind::Client,
                 "a command followed by another on one connection is for one server only",
             ))),
+            #[cfg(feature = "redis-sentinel")]
+            Conn::Sentinel(sentinel) => sentinel.call(|conn| on(conn, function, cmd, then)).await,
         }
         .map_err(ConnError::Redis)
     }
@@ -238,6 +246,12 @@ impl Conn {
             }
             #[cfg(feature = "redis-cluster")]
             Conn::Cluster(cluster) => run_on(&mut cluster.clone(), runs, cmd).await,
+            #[cfg(feature = "redis-sentinel")]
+            Conn::Sentinel(sentinel) => {
+                sentinel
+                    .call(|mut conn| async move { run_on(&mut conn, runs, cmd).await })
+                    .await
+            }
         }
         .map_err(ConnError::Redis)
     }
@@ -294,10 +308,12 @@ impl Conn {
     /// or has its scripts sent again by the NOSCRIPT fallback.
     pub(super) async fn load_all(&self, function: &BatchFunction) -> Result<(), LockError> {
         match self {
-            Conn::Manager(manager) => load_on(&mut manager.clone(), function).await,
-            Conn::Pool(pool) => {
-                load_on(&mut pool.get().await.map_err(map_pool_error)?, function).await
-            }
+            Conn::Manager(manager) => load_on(&mut manager.clone(), function)
+                .await
+                .map_err(map_redis_error),
+            Conn::Pool(pool) => load_on(&mut pool.get().await.map_err(map_pool_error)?, function)
+                .await
+                .map_err(map_redis_error),
             #[cfg(feature = "redis-cluster")]
             Conn::Cluster(cluster) => {
                 use ::redis::cluster_routing::{
@@ -318,6 +334,11 @@ impl Conn {
                 }
                 function.load(&mut cluster).await.map_err(map_redis_error)
             }
+            #[cfg(feature = "redis-sentinel")]
+            Conn::Sentinel(sentinel) => sentinel
+                .call(|mut conn| async move { load_on(&mut conn, function).await })
+                .await
+                .map_err(map_redis_error),
         }
     }
 }
@@ -325,11 +346,11 @@ impl Conn {
 async fn load_on<C: ConnectionLike>(
     conn: &mut C,
     function: &BatchFunction,
-) -> Result<(), LockError> {
+) -> Result<(), ::redis::RedisError> {
     for lua in scripts::all() {
-        lua.script.load_async(conn).await.map_err(map_redis_error)?;
+        lua.script.load_async(conn).await?;
     }
-    function.load(conn).await.map_err(map_redis_error)
+    function.load(conn).await
 }
 
 /// Makes *ring* rustls' process-wide default provider unless one is installed: redis-rs

@@ -39,8 +39,10 @@
 //!   a redis-rs `ConnectionManager` or a deadpool-redis pool ([`RedisConnection`]).
 //!
 //! The URL says where the backend connects: `redis://`, `rediss://` (TLS), `redis+unix://` /
-//! `unix://` (a socket), their `valkey` forms, or a cluster's nodes
-//! (`redis-cluster://host:port,host:port`, see [Redis Cluster](#redis-cluster)); any other scheme is
+//! `unix://` (a socket), their `valkey` forms, a cluster's nodes
+//! (`redis-cluster://host:port,host:port`, see [Redis Cluster](#redis-cluster)), or the
+//! Sentinels that name a primary (`redis+sentinel://host:port,host:port/<name>`, see [Redis
+//! Sentinel](#redis-sentinel)); any other scheme is
 //! [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) at once (a PostgreSQL URL names the PostgreSQL backend).
 //! The [`redis`] and [`deadpool_redis`] crates syncguard is built with are re-exported here,
 //! so that a connection of yours is of the same versions:
@@ -189,6 +191,39 @@
 //! at least RDB snapshots, and never restore an older snapshot over a newer one. Without
 //! persistence a restart resets every counter to zero and fences repeat.
 //!
+//! ## Redis Sentinel
+//!
+//! With the `redis-sentinel` feature, a
+//! `redis+sentinel://[user:password@]host:port[,host:port...]/<name>[/db]` URL
+//! (`rediss+sentinel://` with `redis-tls`) asks the Sentinels listed which server is the
+//! primary they monitor as `<name>`, checks that it says so itself (`ROLE`), and connects to
+//! it; the user and password are the primary's (and its replicas'), and Sentinels that want a
+//! login of their own take it as `?sentinel_password=...` (and `sentinel_username=...`):
+//!
+//! ```no_run
+//! # #[tokio::main] async fn main() -> Result<(), syncguard::LockError> {
+//! use syncguard::redis::RedisBackend;
+//!
+//! let backend = RedisBackend::connect(
+//!     "redis+sentinel://app:secret@10.0.0.1:26379,10.0.0.2:26379,10.0.0.3:26379/locks",
+//! )
+//! .await?;
+//! # let _ = backend; Ok(()) }
+//! ```
+//!
+//! After a failover the backend goes on with the new primary without a restart. Its one
+//! multiplexed connection never reconnects to the same address by itself (a restarted old
+//! primary is a primary of its own until the Sentinels demote it, and a lock written there
+//! would be a second holder's): a call that finds it broken, timed out, or on a server that
+//! became a replica (`READONLY`) fails with a retryable error, and the primary is asked of the
+//! Sentinels again in the background (at once, then after 0.1 s, doubling up to every second),
+//! calls failing fast meanwhile. The release subscriber asks them too each time it subscribes
+//! again; the function library replicates (a script is sent again after a `NOSCRIPT`); acquires
+//! in doubt are let go on the new primary. A grant the old primary had not yet sent to its
+//! replica is lost in the failover: turn on [waiting for replicas](#replicas-and-failover) to
+//! keep every grant. A pool ([`ConnectionMode::Pool`]), reconnect retries and custom root
+//! certificates are refused with a Sentinel URL for now.
+//!
 //! ## Replicas and failover
 //!
 //! Redis replicates asynchronously. A primary that fails over to its replica (Sentinel, a
@@ -211,7 +246,9 @@
 //! though on the multiplexed connection every command queues behind a `WAIT` under way: with
 //! a replica slow to answer, [`ConnectionMode::Pool`] keeps other callers' operations apart
 //! from it. The cost is
-//! a replica round trip per acquire or extend (batched calls share one), and a primary that
+//! a replica round trip per acquire or extend (batched calls share one; with one multiplexed
+//! connection, 22 % fewer cycles/s at 1 worker and 37 % at 64 on loopback, see
+//! `BENCHMARKS.md`), and a primary that
 //! lost its replicas refuses every acquire until they are back: ask for at most the replicas
 //! the primary keeps (`min-replicas-to-write` is the server's side of the same trade).
 //!
@@ -404,6 +441,11 @@ mod operations;
 mod orphans;
 mod replica_wait;
 mod scripts;
+#[cfg(feature = "redis-sentinel")]
+mod sentinel_conn;
+#[cfg(feature = "redis-sentinel")]
+mod sentinel_switches;
+mod sentinel_url;
 #[cfg(feature = "redis-cluster")]
 mod shard_subscriber;
 mod subscriber;
@@ -638,6 +680,8 @@ impl RedisBackend {
             // Multiplexed per node.
             #[cfg(feature = "redis-cluster")]
             Conn::Cluster(_) => ConnectionMode::Multiplexed,
+            #[cfg(feature = "redis-sentinel")]
+            Conn::Sentinel(_) => ConnectionMode::Multiplexed,
             Conn::Pool(pool) => ConnectionMode::Pool {
                 max_size: pool.status().max_size,
             },

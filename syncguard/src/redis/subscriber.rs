@@ -57,6 +57,9 @@ pub(super) enum Source {
     /// A Redis Cluster: the shard channels of the keys waited on.
     #[cfg(feature = "redis-cluster")]
     Cluster(ClusterSource),
+    /// The primary the Sentinels name at each (re)subscription.
+    #[cfg(feature = "redis-sentinel")]
+    Sentinel(std::sync::Arc<super::sentinel_conn::PrimaryFinder>),
 }
 
 impl Source {
@@ -84,9 +87,28 @@ struct State {
 
 /// What the subscribing task needs; nothing of it keeps the backend alive.
 struct Setup {
-    client: Client,
+    server: Server,
     channel: Box<str>,
     net: NetConfig,
+}
+
+/// The server one subscriber subscribes on.
+enum Server {
+    /// Boxed: a client is large.
+    Fixed(Box<Client>),
+    #[cfg(feature = "redis-sentinel")]
+    Primary(std::sync::Arc<super::sentinel_conn::PrimaryFinder>),
+}
+
+impl Server {
+    /// A client for it now (through Sentinel: the primary they name now).
+    async fn client(&self) -> Result<Client, LockError> {
+        match self {
+            Server::Fixed(client) => Ok(Client::clone(client)),
+            #[cfg(feature = "redis-sentinel")]
+            Server::Primary(finder) => finder.primary().await,
+        }
+    }
 }
 
 impl ReleaseSubscriber {
@@ -138,15 +160,12 @@ impl ReleaseSubscriber {
             let (stop, stopped) = oneshot::channel();
             match client {
                 Source::Server(client) => {
-                    let setup = Setup {
-                        client: Client::clone(client),
-                        channel: self.channel.clone(),
-                        net: self.net,
-                    };
-                    let notifier = self.notifier.clone();
-                    runtime.spawn(async move {
-                        until_stopped(stopped, keep_subscribed(&setup, &notifier)).await;
-                    });
+                    self.spawn_subscriber(runtime, stopped, Server::Fixed(client.clone()));
+                }
+                #[cfg(feature = "redis-sentinel")]
+                Source::Sentinel(finder) => {
+                    let server = Server::Primary(std::sync::Arc::clone(finder));
+                    self.spawn_subscriber(runtime, stopped, server);
                 }
                 #[cfg(feature = "redis-cluster")]
                 Source::Cluster(source) => {
@@ -160,6 +179,26 @@ impl ReleaseSubscriber {
             state.stop = Some(stop);
         }
         Some(self.notifier.clone())
+    }
+}
+
+impl ReleaseSubscriber {
+    /// Starts the task that keeps one server's release channel subscribed on `server`.
+    fn spawn_subscriber(
+        &self,
+        runtime: tokio::runtime::Handle,
+        stopped: oneshot::Receiver<Infallible>,
+        server: Server,
+    ) {
+        let setup = Setup {
+            server,
+            channel: self.channel.clone(),
+            net: self.net,
+        };
+        let notifier = self.notifier.clone();
+        runtime.spawn(async move {
+            until_stopped(stopped, keep_subscribed(&setup, &notifier)).await;
+        });
     }
 }
 
@@ -212,15 +251,13 @@ async fn keep_subscribed(setup: &Setup, notifier: &ReleaseNotifier) -> Infallibl
 /// Opens a connection (as the backend's own: address, credentials, TLS) and subscribes to the
 /// release channel, within the connect and operation timeouts.
 async fn open(setup: &Setup) -> Result<(PubSubSink, PubSubStream), LockError> {
-    let pubsub = timeout(
-        setup.net.connection_timeout,
-        setup.client.get_async_pubsub(),
-    )
-    .await
-    .map_err(|_| {
-        LockError::network_timeout("the Redis subscriber connection was not opened in time")
-    })?
-    .map_err(map_redis_error)?;
+    let client = setup.server.client().await?;
+    let pubsub = timeout(setup.net.connection_timeout, client.get_async_pubsub())
+        .await
+        .map_err(|_| {
+            LockError::network_timeout("the Redis subscriber connection was not opened in time")
+        })?
+        .map_err(map_redis_error)?;
     let (mut sink, stream) = pubsub.split();
     timeout(setup.net.response_timeout, sink.subscribe(&*setup.channel))
         .await

@@ -14,8 +14,8 @@ use tokio::time::{Instant, sleep};
 #[path = "processes.rs"]
 mod processes;
 
-pub use processes::free_port;
-use processes::{HOW_TO_RUN, env, scratch_dir, signal, signal_quietly};
+pub use processes::{HOW_TO_RUN, env, free_port, scratch_dir};
+use processes::{signal, signal_quietly};
 
 /// A redis-server of the test's own, persisting with AOF only (`appendfsync` as given).
 pub struct RedisServer {
@@ -72,6 +72,10 @@ impl RedisServer {
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     pub fn addr(&self) -> String {

@@ -28,6 +28,16 @@ pub fn redis_url() -> String {
     )
 }
 
+/// The shared test Sentinel group: `redis+sentinel://` with its three Sentinels, watching a
+/// primary with one replica. Tests must not fail it over: `support/sentinels.rs` starts groups
+/// of a test's own for that.
+pub fn redis_sentinel_url() -> String {
+    exported(
+        "SYNCGUARD_TEST_REDIS_SENTINEL_URL",
+        "redis-server (apt-get install redis-server; Sentinel is redis-server --sentinel)",
+    )
+}
+
 /// The shared test Redis Cluster: `redis-cluster://` and its three primaries (each with one
 /// replica), as seeds. Tests must not stop or pause its nodes: `support/cluster.rs` starts
 /// clusters of a test's own for that.
