@@ -206,6 +206,91 @@ impl SentinelGroup {
     }
 }
 
+impl SentinelGroup {
+    /// Waits until the group is whole again with the primary on `primary`: every Sentinel
+    /// names it and sees its replica, and the replica's link is up.
+    pub async fn wait_until_whole(&self, primary: u16) {
+        self.wait_for_primary(primary, Duration::from_secs(60))
+            .await;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let mut ready = linked(self.other_than(primary)).await;
+            for (_, port, _) in &self.sentinels {
+                ready = ready && self.sentinel_ready(*port, primary).await;
+            }
+            if ready {
+                return;
+            }
+            if Instant::now() >= deadline {
+                let mut report = String::new();
+                for server in &self.servers {
+                    let port = server.port();
+                    report += &format!("\n{port}: {}", replication(port).await);
+                }
+                panic!("the group did not become whole with the primary on {primary}:{report}");
+            }
+            sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl SentinelGroup {
+    /// Points the replica on `replica` at `upstream` (a proxy to its primary, say) with
+    /// `REPLICAOF`, and waits until its link is up (a partial resync: the same primary). The
+    /// Sentinels set it back to the primary's own address only `failover-timeout` (5 s) after
+    /// such a change.
+    pub async fn replicate_through(&self, replica: u16, upstream: std::net::SocketAddr) {
+        let mut conn = redis::Client::open(format!("redis://127.0.0.1:{replica}"))
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to the replica");
+        let _: () = redis::cmd("REPLICAOF")
+            .arg(upstream.ip().to_string())
+            .arg(upstream.port())
+            .query_async(&mut conn)
+            .await
+            .expect("REPLICAOF");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let info = replication(replica).await;
+            if info.contains("master_link_status:up")
+                && info.contains(&format!("master_port:{}", upstream.port()))
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the replica's link through {upstream} did not come up: {info}"
+            );
+            sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Whether the server on `port` is a replica whose link to its primary is up.
+async fn linked(port: u16) -> bool {
+    replication(port).await.contains("master_link_status:up")
+}
+
+/// `INFO replication` of the server on `port`, or why there is none.
+async fn replication(port: u16) -> String {
+    let conn = match redis::Client::open(format!("redis://127.0.0.1:{port}")) {
+        Ok(client) => client.get_multiplexed_async_connection().await,
+        Err(error) => Err(error),
+    };
+    let info = match conn {
+        Ok(mut conn) => {
+            redis::cmd("INFO")
+                .arg("replication")
+                .query_async::<String>(&mut conn)
+                .await
+        }
+        Err(error) => Err(error),
+    };
+    info.unwrap_or_else(|error| format!("unreachable: {error}"))
+}
+
 /// Whether the server on `port` says it is a primary (`ROLE`).
 pub async fn is_primary(port: u16) -> bool {
     let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}")) else {
