@@ -1,6 +1,8 @@
 //! A Sentinel group of a test's own, to fail over: a primary, its replica and three Sentinels
-//! on free loopback ports (quorum 2, a primary down after 1 s). The servers come from
-//! `SYNCGUARD_REDIS_SERVER_BIN`; a Sentinel is `redis-server <conf> --sentinel`.
+//! on free loopback ports (quorum 2, a primary down after 2 s: with 1 s, a primary just
+//! promoted and busy on a 2-core machine was taken for down in turn, and failed over back to
+//! the restarted old one). The servers come from `SYNCGUARD_REDIS_SERVER_BIN`; a Sentinel is
+//! `redis-server <conf> --sentinel`.
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -43,7 +45,7 @@ impl SentinelGroup {
                 format!(
                     "port {port}\nbind 127.0.0.1\ndir {}\nlogfile sentinel.log\n\
                      sentinel monitor {MASTER_NAME} 127.0.0.1 {primary_port} 2\n\
-                     sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+                     sentinel down-after-milliseconds {MASTER_NAME} 2000\n\
                      sentinel failover-timeout {MASTER_NAME} 5000\n",
                     dir.display()
                 ),
@@ -226,6 +228,15 @@ impl SentinelGroup {
                 for server in &self.servers {
                     let port = server.port();
                     report += &format!("\n{port}: {}", replication(port).await);
+                }
+                for (_, port, dir) in &self.sentinels {
+                    let log = std::fs::read_to_string(dir.join("sentinel.log")).unwrap_or_default();
+                    let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                    report += &format!("\nSentinel {port}, last lines:\n");
+                    for line in tail.into_iter().rev() {
+                        report += line;
+                        report.push('\n');
+                    }
                 }
                 panic!("the group did not become whole with the primary on {primary}:{report}");
             }
